@@ -1,0 +1,34 @@
+"""daskabsp: iterative machine learning on Dask that does not wait for stragglers.
+
+The engine runs an iterative program (:mod:`daskabsp.programs`) as one Dask task per data
+partition per round, under a synchronisation policy: :class:`BSP` waits for every partition;
+:class:`ABSP` ends the round when the fastest partition finishes and harvests the partial work
+of the others.
+"""
+
+from . import _config  # noqa: F401  (loads the daskabsp.* config defaults)
+from .driver import FitResult, fit
+from .plugins import AbspSchedulerPlugin, AbspWorkerPlugin
+from .policies import ABSP, BSP, Policy, as_policy
+from .programs import LogisticGD, Program
+from .runtime import PartialResult, run_partition
+from .stragglers import SlowWorkers, slow_workers
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ABSP",
+    "BSP",
+    "AbspSchedulerPlugin",
+    "AbspWorkerPlugin",
+    "FitResult",
+    "LogisticGD",
+    "PartialResult",
+    "Policy",
+    "Program",
+    "SlowWorkers",
+    "as_policy",
+    "fit",
+    "run_partition",
+    "slow_workers",
+]

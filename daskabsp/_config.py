@@ -1,0 +1,24 @@
+"""Load daskabsp's defaults into ``dask.config`` under the ``daskabsp.`` namespace."""
+
+from __future__ import annotations
+
+import os
+
+import dask.config
+import yaml
+
+_fn = os.path.join(os.path.dirname(__file__), "daskabsp.yaml")
+with open(_fn) as f:
+    defaults = yaml.safe_load(f)
+
+dask.config.update_defaults(defaults)
+
+
+def get(key: str):
+    """Return the ``daskabsp.<key>`` configuration value."""
+    return dask.config.get(f"daskabsp.{key}")
+
+
+def seconds(key: str) -> float:
+    """Return a duration configuration value in seconds."""
+    return dask.utils.parse_timedelta(get(key), default="s")

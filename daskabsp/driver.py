@@ -1,0 +1,380 @@
+"""The fit loop on the client: place the data, run rounds under a policy, record the history.
+
+Each round submits one task per partition (``runtime.run_partition``) with the round's
+annotation, waits for the results (under A-BSP the scheduler plugin stops the stragglers as soon
+as the quorum has finished, so this returns shortly after the fastest partition), aggregates the
+counted statistics weighted by rows, and applies the program's update.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+import uuid
+import warnings
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import dask
+import distributed
+import numpy as np
+import xarray as xr
+from distributed import as_completed
+from distributed.client import FutureCancelledError
+from distributed.scheduler import KilledWorker
+
+from . import _config
+from .cluster import get_client
+from .history import HistoryRecorder
+from .partitions import Partitions, check_finite_block, is_dask, place, row_chunks
+from .plugins import AbspSchedulerPlugin, AbspWorkerPlugin, stop_on_worker
+from .policies import Policy, as_policy
+from .programs.base import Program
+from .runtime import PartialResult, run_partition
+from .validation import check_data, check_int, check_quota, check_real
+
+logger = logging.getLogger(__name__)
+
+_ROUND_ATTEMPTS = 3
+_INLINE_PARAMS_BYTES = 1_000_000
+_ready: dict[str, bool] = {}  # client id -> scheduler plugin available
+_warned_fallback = False
+
+
+@dataclass
+class FitResult:
+    """What :func:`fit` returns.
+
+    Attributes
+    ----------
+    coef : ndarray
+        The fitted parameters (``program.coefficients(state)``).
+    state : object
+        The program's final driver state.
+    history : xarray.Dataset
+        One record per round (dims ``round``, ``partition``).
+    n_iter : int
+        Rounds run.
+    converged : bool
+        Whether the objective change fell below ``tol`` before ``max_iter``.
+    """
+
+    coef: np.ndarray
+    state: Any
+    history: xr.Dataset
+    n_iter: int
+    converged: bool
+
+
+def fit(
+    program: Program,
+    X,
+    y=None,
+    *,
+    sample_weight=None,
+    sync: str | Policy = "absp",
+    max_iter: int = 100,
+    tol: float | None = 1e-4,
+    n_partitions: int | None = None,
+    quota: int | float | None = None,
+    chunk_target: float | None = None,
+    record_params: bool = False,
+    client: distributed.Client | None = None,
+):
+    """Run ``program`` over ``X`` (and ``y``) on a Dask cluster under a synchronisation policy.
+
+    Parameters
+    ----------
+    program : Program
+        The iterative program, e.g. :class:`daskabsp.programs.LogisticGD`.
+    X : ndarray, CSR matrix or dask array of shape (n_samples, n_features)
+        Training rows. In-memory input is split into ``n_partitions`` row partitions; a dask
+        array keeps its row chunks as partitions (unless ``n_partitions`` is given).
+    y : array-like of shape (n_samples,), optional
+        Target, if the program needs one.
+    sample_weight : array-like of shape (n_samples,), optional
+        Row weights, for programs that accept them.
+    sync : {"absp", "bsp"} or Policy, default="absp"
+        Synchronisation policy, see :class:`daskabsp.ABSP` and :class:`daskabsp.BSP`.
+    max_iter : int, default=100
+        Maximum number of rounds.
+    tol : float or None, default=1e-4
+        Stop when the relative change of the objective between rounds is at most ``tol``.
+        Under A-BSP the objective is estimated over the rows processed, so it varies by sampling
+        noise; a ``tol`` below that noise runs to ``max_iter``.
+    n_partitions : int, optional
+        Number of row partitions for in-memory input (default: one per worker thread, none
+        smaller than ``daskabsp.min-partition-rows`` rows).
+    quota : int or float, optional
+        Rows a partition processes per round: an int (rows), a float in (0, 1] (fraction of
+        the partition) or None (the whole partition).
+    chunk_target : float, optional
+        Seconds of work per chunk (default ``daskabsp.chunk-target``).
+    record_params : bool, default=False
+        Store the parameters of every round in the history (variable ``params``).
+    client : distributed.Client, optional
+        Default: the current client, or an embedded LocalCluster.
+
+    Returns
+    -------
+    FitResult, or a coroutine of it when the client is asynchronous.
+    """
+    owner = "fit"
+    policy = as_policy(sync, owner=owner)
+    check_int(max_iter, "max_iter", owner)
+    check_real(tol, "tol", owner, none_ok=True)
+    check_int(n_partitions, "n_partitions", owner, none_ok=True)
+    check_quota(quota, owner)
+    check_real(chunk_target, "chunk_target", owner, closed=False, none_ok=True)
+    if not isinstance(program, Program):
+        raise TypeError(f"program must be a daskabsp Program, got {type(program).__name__}.")
+    if sample_weight is not None and not program.accepts_sample_weight:
+        raise ValueError(f"{type(program).__name__} does not accept sample_weight.")
+    X, y, sample_weight = check_data(X, y, sample_weight, needs_y=program.needs_y)
+    if n_partitions is not None and n_partitions > X.shape[0]:
+        raise ValueError(
+            f"n_partitions={n_partitions} must be at most the number of rows "
+            f"({X.shape[0]})."
+        )
+    if not is_dask(X):
+        program.check_input(X, y)
+    client = client if client is not None else get_client()
+    run = _Fit(client, program, policy, X, y, sample_weight, max_iter=max_iter, tol=tol,
+               n_partitions=n_partitions, quota=quota, chunk_target=chunk_target,
+               record_params=record_params)
+    if client.asynchronous:
+        return run.run()
+    return client.sync(run.run)
+
+
+async def ensure_plugins(client: distributed.Client) -> bool:
+    """Register the daskabsp plugins on ``client``'s cluster (once); whether the scheduler
+    plugin is available (otherwise the driver sends the stops itself)."""
+    global _warned_fallback
+    if client.id in _ready:
+        return _ready[client.id]
+    await client.register_plugin(AbspWorkerPlugin())
+    ok = False
+    if _config.get("signal") == "scheduler":
+        try:
+            await client.register_plugin(AbspSchedulerPlugin())
+            ok = True
+        except Exception as e:
+            if not _warned_fallback:
+                _warned_fallback = True
+                warnings.warn(
+                    "daskabsp could not install its scheduler plugin (is daskabsp installed "
+                    f"on the scheduler?): {e!r}. The fitting process will send the stops "
+                    "itself, which adds a round trip to each harvest.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+    _ready[client.id] = ok
+    return ok
+
+
+def balance(assignment: list[str | None], nthreads: dict[str, int]) -> list[str]:
+    """Assign partitions to live workers in proportion to their threads, moving as few as
+    possible: a partition stays on its worker unless that worker is gone or over its share."""
+    total = sum(nthreads.values())
+    n = len(assignment)
+    cap = {w: math.ceil(n * t / total) for w, t in nthreads.items()}
+    load: Counter[str] = Counter()
+    out: list[str | None] = [None] * n
+    for p, w in enumerate(assignment):
+        if w in cap and load[w] < cap[w]:
+            out[p] = w
+            load[w] += 1
+    for p in range(n):
+        if out[p] is None:
+            w = min(sorted(nthreads), key=lambda w: (load[w] / nthreads[w], load[w]))
+            out[p] = w
+            load[w] += 1
+    return out  # type: ignore[return-value]
+
+
+class _Fit:
+    def __init__(self, client, program, policy, X, y, sample_weight, *, max_iter, tol,
+                 n_partitions, quota, chunk_target, record_params) -> None:
+        self.client = client
+        self.program = program
+        self.policy = policy
+        self.data = (X, y, sample_weight)
+        self.max_iter = max_iter
+        self.tol = tol
+        self.n_partitions = n_partitions
+        self.quota = quota
+        self.chunk_target = (
+            chunk_target if chunk_target is not None else _config.seconds("chunk-target")
+        )
+        self.record_params = record_params
+        self.fit_id = uuid.uuid4().hex[:8]
+
+    async def run(self) -> FitResult:
+        client, _program, policy = self.client, self.program, self.policy
+        X, y, sw = self.data
+        scheduler_signal = await ensure_plugins(client)
+        nthreads = await client.scheduler.ncores()
+        chunks = row_chunks(X, self.n_partitions, sum(nthreads.values()) or 1,
+                            int(_config.get("min-partition-rows")))
+        P = len(chunks)
+        policy.check(P)
+        if any(c == 0 for c in chunks):
+            raise ValueError("X has an empty row chunk; every partition needs at least one row.")
+        parts = await place(client, X, y, sw, chunks)
+        try:
+            if is_dask(X):
+                await self._check_finite(parts)
+            return await self._rounds(parts, nthreads, scheduler_signal)
+        finally:
+            del parts
+
+    async def _check_finite(self, parts: Partitions) -> None:
+        checks = self.client.map(check_finite_block, parts.X, pure=False)
+        ok = await self.client.gather(checks)
+        if not all(bool(o[0]) for o in ok):
+            raise ValueError("Input X contains NaN or infinity.")
+
+    def _quotas(self, sizes) -> list[int]:
+        q = self.quota
+        if q is None:
+            return list(sizes)
+        if isinstance(q, float):
+            return [max(1, round(q * n)) for n in sizes]
+        return [min(int(q), n) for n in sizes]
+
+    async def _rounds(self, parts: Partitions, nthreads, scheduler_signal: bool) -> FitResult:
+        client, program, policy = self.client, self.program, self.policy
+        P = len(parts)
+        sizes = parts.sizes
+        N = int(sum(sizes))
+        state = program.init(parts.n_features, N)
+        quotas = self._quotas(sizes)
+        cursors = [0] * P
+        chunk_rows: list[int | None] = [None] * P
+        staleness = [0] * P
+        who = await client.scheduler.who_has(keys=[f.key for f in parts.X])
+        assign = balance([(who.get(f.key) or [None])[0] for f in parts.X], nthreads)
+        quorum = policy.round_quorum(P) if policy.stops else 0
+        rec = HistoryRecorder(P)
+        rids: list[str] = []
+        prev_obj = None
+        converged = False
+        t0 = time.perf_counter()
+        for r in range(self.max_iter):
+            params = program.params(state)
+            members = asyncio.ensure_future(client.scheduler.ncores())
+            for attempt in range(_ROUND_ATTEMPTS):
+                rid = f"{self.fit_id}:{r}" + (f".{attempt}" if attempt else "")
+                futs = self._submit(parts, params, rid, r, quorum, cursors, quotas,
+                                    chunk_rows, staleness, assign)
+                try:
+                    if quorum and not scheduler_signal:
+                        await self._driver_stop(futs, rid, quorum)
+                    results: list[PartialResult] = await client.gather(futs)
+                    break
+                except (KilledWorker, FutureCancelledError) as e:
+                    logger.warning("daskabsp: round %d failed (%r); retrying", r, e)
+                    await client.cancel(futs)
+                    if any(f.status != "finished" for f in parts.futures):
+                        parts = await place(client, *self.data, sizes)
+                    if attempt == _ROUND_ATTEMPTS - 1:
+                        raise
+            rids.append(rid)
+            del futs
+
+            counted = [res.rows > 0 and (policy.keep_partial or not res.stopped)
+                       for res in results]
+            used = [res.stats for res, c in zip(results, counted, strict=False) if c]
+            stats = program.combine(used) if used else program.new_stats(params)
+            k = sum(res.rows for res, c in zip(results, counted, strict=False) if c)
+            obj = program.objective(state, stats, k)
+            rec.add(
+                wall=time.perf_counter() - t0, objective=obj,
+                params=params if self.record_params else None,
+                rows=[res.rows for res in results], quota=quotas, cursor=list(cursors),
+                compute_seconds=[res.compute_seconds for res in results],
+                harvested=[res.stopped for res in results], counted=counted,
+                worker=[res.worker for res in results],
+            )
+            for p, res in enumerate(results):
+                cursors[p] = policy.next_cursor(cursors[p], res.rows, sizes[p],
+                                                finished=not res.stopped)
+                if res.rows >= 4 * res.chunk_rows and res.compute_seconds > 0:
+                    chunk_rows[p] = max(1, int(res.rows * self.chunk_target
+                                               / res.compute_seconds))
+                else:
+                    chunk_rows[p] = res.chunk_rows
+                staleness[p] = 0 if counted[p] else staleness[p] + 1
+            state = program.update(state, stats, k)
+
+            live = await members
+            ran_on = [res.worker or a for res, a in zip(results, assign, strict=False)]
+            if set(live) != set(nthreads) or ran_on != assign:
+                nthreads = live
+                new = balance(ran_on, live)
+                if new != assign:
+                    logger.info("daskabsp: workers changed; partitions re-balanced: %s", new)
+                assign = new
+
+            if (self.tol is not None and prev_obj is not None
+                    and abs(obj - prev_obj) <= self.tol * max(abs(obj), abs(prev_obj))):
+                converged = True
+                break
+            prev_obj = obj
+
+        latency = await self._harvest_latency(rids) if scheduler_signal else None
+        attrs = {
+            "sync": policy.name, "policy": repr(policy), "program": program.name,
+            "program_repr": repr(program), "fit_id": self.fit_id, "n_partitions": P,
+            "converged": int(converged),
+        }
+        history = rec.dataset(attrs=attrs, sizes=sizes, harvest_latency=latency)
+        return FitResult(coef=np.asarray(program.coefficients(state)), state=state,
+                         history=history, n_iter=len(rids), converged=converged)
+
+    def _submit(self, parts, params, rid, r, quorum, cursors, quotas, chunk_rows, staleness,
+                assign):
+        client, program = self.client, self.program
+        arg = params
+        if getattr(params, "nbytes", 0) > _INLINE_PARAMS_BYTES:
+            arg = client.scatter(params, broadcast=True, hash=False)
+        prefix = f"daskabsp-{program.name}-{self.fit_id}-{r:05d}"
+        if "." in rid:
+            prefix += "-retry" + rid.rsplit(".", 1)[1]
+        ann = {"fit": self.fit_id, "round": rid.split(":", 1)[1], "quorum": quorum}
+        futs = []
+        with distributed.span("daskabsp", f"{program.name}-{self.fit_id}"), \
+                dask.annotate(daskabsp=ann):
+            for p in range(len(parts)):
+                futs.append(client.submit(
+                    run_partition, program, arg, parts.X[p], parts.y[p],
+                    parts.sample_weight[p], round_id=rid, cursor=cursors[p], quota=quotas[p],
+                    chunk_rows=chunk_rows[p], chunk_target=self.chunk_target,
+                    key=(prefix, p), workers=[assign[p]], allow_other_workers=True,
+                    priority=staleness[p],
+                ))
+        return futs
+
+    async def _driver_stop(self, futs, rid: str, quorum: int) -> None:
+        done = 0
+        async for _ in as_completed(futs):
+            done += 1
+            if done == quorum:
+                await self.client.run(stop_on_worker, [rid])
+                return
+
+    async def _harvest_latency(self, rids: list[str]) -> list[float]:
+        try:
+            info = await self.client.scheduler.daskabsp_round_info(fit=self.fit_id)
+        except Exception:
+            return [math.nan] * len(rids)
+        out = []
+        for rid in rids:
+            i = info.get(rid) or {}
+            tq, tl = i.get("quorum_time"), i.get("last_time")
+            out.append(tl - tq if tq is not None and tl is not None else math.nan)
+        return out

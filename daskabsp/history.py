@@ -1,0 +1,72 @@
+"""The fit record as an ``xarray.Dataset`` with dimensions ``round`` and ``partition``."""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+
+_PER_PARTITION = {
+    "rows": ("int64", "rows processed", None),
+    "quota": ("int64", "rows asked for", None),
+    "cursor": ("int64", "row the partition started at", None),
+    "compute_seconds": ("float64", "time spent scanning", "s"),
+    "harvested": ("bool", "stopped by the round's stop before its quota", None),
+    "counted": ("bool", "statistics used in the update", None),
+    "worker": ("str", "worker that ran the task", None),
+}
+
+
+class HistoryRecorder:
+    """Accumulates one record per round; :meth:`dataset` builds the ``xarray.Dataset``."""
+
+    def __init__(self, n_partitions: int) -> None:
+        self.n_partitions = n_partitions
+        self.wall: list[float] = []
+        self.objective: list[float] = []
+        self.params: list[np.ndarray] = []
+        self.parts: dict[str, list] = {k: [] for k in _PER_PARTITION}
+
+    def add(self, *, wall: float, objective: float, params: np.ndarray | None, **parts) -> None:
+        self.wall.append(wall)
+        self.objective.append(objective)
+        if params is not None:
+            self.params.append(np.array(params, copy=True))
+        for k in _PER_PARTITION:
+            self.parts[k].append(parts[k])
+
+    def dataset(self, *, attrs: dict, sizes, harvest_latency=None) -> xr.Dataset:
+        n = len(self.wall)
+        rounds = np.arange(n)
+        data = {
+            "wall_time": (("round",), np.asarray(self.wall, dtype=float),
+                          {"long_name": "time since the fit started, at the round's end",
+                           "units": "s"}),
+            "objective": (("round",), np.asarray(self.objective, dtype=float),
+                          {"long_name": "objective estimated from the round's statistics"}),
+        }
+        for k, (dtype, long_name, units) in _PER_PARTITION.items():
+            values = np.asarray(self.parts[k], dtype=object if dtype == "str" else dtype)
+            if dtype == "str":
+                values = values.astype(str)
+            values = values.reshape(n, self.n_partitions)
+            a = {"long_name": long_name}
+            if units:
+                a["units"] = units
+            data[k] = (("round", "partition"), values, a)
+        data["rows_total"] = (("round",), data["rows"][1].sum(axis=1) if n else
+                              np.zeros(0, dtype="int64"), {"long_name": "rows processed"})
+        data["partition_size"] = (("partition",), np.asarray(sizes, dtype="int64"),
+                                  {"long_name": "rows in the partition"})
+        if harvest_latency is not None:
+            data["harvest_latency"] = (
+                ("round",), np.asarray(harvest_latency, dtype=float),
+                {"long_name": "quorum reached to last result, on the scheduler", "units": "s"},
+            )
+        if self.params:
+            data["params"] = (("round", "param"), np.stack(self.params),
+                              {"long_name": "parameters the round's statistics were taken at"})
+        return xr.Dataset(
+            data,
+            coords={"round": rounds, "partition": np.arange(self.n_partitions)},
+            attrs=attrs,
+        )

@@ -1,0 +1,220 @@
+"""The harvest signal path: a scheduler plugin that ends rounds, a worker plugin with the flags.
+
+The scheduler plugin learns each round's tasks from their ``daskabsp`` annotation. When the
+quorum-th task of a round goes ``processing -> memory`` it sends ``daskabsp-stop`` to the workers
+running the round's other tasks, over the scheduler's batched stream (no driver round trip). A
+task of a stopped round that starts later (re-run after a worker died, stolen, queued) gets the
+stop re-sent to its worker. On the workers, the stop sets a ``threading.Event`` per round, which
+partition tasks check between chunks. Dask's ``cancel`` is never used for this: it cannot stop a
+running task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
+
+from . import _config
+from .runtime import EXTENSION
+
+logger = logging.getLogger(__name__)
+
+PLUGIN_NAME = "daskabsp"
+ANNOTATION = "daskabsp"
+STOP_OP = "daskabsp-stop"
+
+
+class AbspWorkerPlugin(WorkerPlugin):
+    """Keeps the per-round stop flags of one worker and sets them when told to stop.
+
+    Registered as ``worker.extensions["daskabsp"]``; its handlers are the batched-stream op
+    ``daskabsp-stop`` (used by the scheduler plugin) and the RPC ``daskabsp_stop``.
+    """
+
+    name = PLUGIN_NAME
+    idempotent = True
+
+    def setup(self, worker) -> None:
+        self._lock = threading.Lock()
+        self._flags: OrderedDict[str, threading.Event] = OrderedDict()
+        self._max = int(_config.get("max-rounds-per-worker"))
+        worker.stream_handlers[STOP_OP] = self.stop
+        worker.handlers["daskabsp_stop"] = self._stop_rpc
+        worker.extensions[EXTENSION] = self
+
+    def flag(self, round_id: str) -> threading.Event:
+        """The stop flag of ``round_id`` (created unset on first use)."""
+        with self._lock:
+            ev = self._flags.get(round_id)
+            if ev is None:
+                ev = self._flags[round_id] = threading.Event()
+                if len(self._flags) > self._max:
+                    self._flags.popitem(last=False)
+            return ev
+
+    def stop(self, rounds=(), **kwargs: Any) -> None:
+        """Set the stop flags of ``rounds``."""
+        for rid in rounds:
+            self.flag(rid).set()
+
+    async def _stop_rpc(self, rounds=(), **kwargs: Any) -> None:
+        self.stop(rounds)
+
+
+@dataclass
+class _Round:
+    rid: str
+    fit: str
+    quorum: int  # 0: never stop (BSP)
+    client: str | None
+    keys: set = field(default_factory=set)
+    finished: int = 0
+    stopped: bool = False
+    t_quorum: float | None = None
+    t_last: float | None = None
+
+
+class AbspSchedulerPlugin(SchedulerPlugin):
+    """Ends each A-BSP round on the scheduler as soon as its quorum of tasks has finished.
+
+    Rounds are recognised by the annotation ``daskabsp={"fit": ..., "round": ..., "quorum": k}``
+    on their tasks. Transitions of keys that belong to no round cost one dict lookup.
+
+    Client-callable handlers: ``daskabsp_round_info(fit)`` returns the timing log of a fit's
+    rounds (when the quorum was reached, when the last result arrived) and
+    ``daskabsp_stop_round(rounds)`` stops rounds on request.
+    """
+
+    name = PLUGIN_NAME
+    idempotent = True
+
+    def __init__(self) -> None:
+        self.scheduler = None
+        self._pending: set[asyncio.Future] = set()
+        self.rounds: dict[str, _Round] = {}
+        self.key_round: dict[Any, _Round] = {}
+        # rid -> (fit, n, quorum time, last result time), bounded
+        self.log: deque[tuple[str, str, int, float | None, float | None]] = deque(maxlen=100_000)
+
+    async def start(self, scheduler) -> None:
+        self.scheduler = scheduler
+        scheduler.handlers["daskabsp_round_info"] = self.round_info
+        scheduler.handlers["daskabsp_stop_round"] = self.stop_rounds
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+
+    def update_graph(self, scheduler, *, client=None, annotations=None, **kwargs: Any) -> None:
+        ann = (annotations or {}).get(ANNOTATION)
+        if not ann:
+            return
+        for key, a in ann.items():
+            rid = f"{a['fit']}:{a['round']}"
+            r = self.rounds.get(rid)
+            if r is None:
+                r = self.rounds[rid] = _Round(rid, a["fit"], int(a["quorum"]), client)
+            r.keys.add(key)
+            self.key_round[key] = r
+            if r.stopped:
+                # A task added to an already stopped round (e.g. resubmitted).
+                ts = scheduler.tasks.get(key)
+                if ts is not None and ts.processing_on is not None:
+                    self._send_stop(r, [ts.processing_on.address])
+
+    def transition(self, key, start, finish, *args: Any, **kwargs: Any) -> None:
+        r = self.key_round.get(key)
+        if r is None:
+            return
+        if finish == "memory" and start == "processing":
+            r.finished += 1
+            now = time.time()
+            r.t_last = now
+            if not r.stopped and r.quorum and r.finished >= r.quorum:
+                r.t_quorum = now
+                self._stop(r)
+        elif finish == "processing":
+            if r.stopped:
+                ws = self.scheduler.tasks[key].processing_on
+                if ws is not None:
+                    self._send_stop(r, [ws.address])
+        elif finish == "forgotten":
+            del self.key_round[key]
+            r.keys.discard(key)
+            if not r.keys:
+                self._retire(r)
+
+    def remove_client(self, scheduler, client: str) -> None:
+        for r in [r for r in self.rounds.values() if r.client == client]:
+            for key in r.keys:
+                self.key_round.pop(key, None)
+            self._retire(r)
+
+    def _retire(self, r: _Round) -> None:
+        if self.rounds.pop(r.rid, None) is not None:
+            self.log.append((r.rid, r.fit, r.finished, r.t_quorum, r.t_last))
+
+    # -- the stop ------------------------------------------------------------------------------
+
+    def _stop(self, r: _Round) -> None:
+        r.stopped = True
+        tasks = self.scheduler.tasks
+        workers = set()
+        for key in r.keys:
+            ts = tasks.get(key)
+            if ts is not None and ts.processing_on is not None:
+                workers.add(ts.processing_on.address)
+        self._send_stop(r, workers)
+
+    def _send_stop(self, r: _Round, workers) -> None:
+        s = self.scheduler
+        msg = {"op": STOP_OP, "rounds": [r.rid]}
+        if PLUGIN_NAME in s.worker_plugins:
+            for addr in workers:
+                s.worker_send(addr, msg)
+        else:
+            # A stream op unknown to the worker would drop its connection; RPC only logs.
+            for addr in workers:
+                task = asyncio.ensure_future(self._rpc_stop(addr, [r.rid]))
+                self._pending.add(task)
+                task.add_done_callback(self._pending.discard)
+
+    async def _rpc_stop(self, addr: str, rounds: list[str]) -> None:
+        try:
+            await self.scheduler.rpc(addr).daskabsp_stop(rounds=rounds)
+        except Exception as e:  # the worker may be gone; its tasks are rescheduled
+            logger.debug("daskabsp: stop to %s failed: %s", addr, e)
+
+    # -- handlers ------------------------------------------------------------------------------
+
+    def stop_rounds(self, rounds=()) -> None:
+        """Stop ``rounds`` now (used by the driver's fallback and by users)."""
+        for rid in rounds:
+            r = self.rounds.get(rid)
+            if r is not None and not r.stopped:
+                r.t_quorum = time.time()
+                self._stop(r)
+
+    def round_info(self, fit: str) -> dict[str, dict]:
+        """Timings of the rounds of ``fit``: quorum time and last result time (scheduler clock)."""
+        out = {}
+        for rid, f, n, tq, tl in self.log:
+            if f == fit:
+                out[rid] = {"finished": n, "quorum_time": tq, "last_time": tl}
+        for r in self.rounds.values():
+            if r.fit == fit:
+                out[r.rid] = {"finished": r.finished, "quorum_time": r.t_quorum,
+                              "last_time": r.t_last}
+        return out
+
+
+def stop_on_worker(rounds: list[str], dask_worker=None) -> None:
+    """Set the stop flags of ``rounds`` on this worker (for ``Client.run``)."""
+    ext = dask_worker.extensions.get(EXTENSION) if dask_worker is not None else None
+    if ext is not None:
+        ext.stop(rounds)

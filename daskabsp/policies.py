@@ -1,0 +1,154 @@
+"""Synchronisation policies: when a round ends and what is kept of the stragglers' work.
+
+Policies are decisions only; they know nothing of Dask. The driver asks a policy how many
+finished partitions end a round (:meth:`round_quorum`), whether the partial statistics of the
+partitions that were stopped count (:attr:`keep_partial`), and where a partition resumes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from . import cursors
+
+_CURSORS = ("resume", "restart")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Base class of the synchronisation policies."""
+
+    name: ClassVar[str] = "policy"
+    # Subclasses declare ``cursor: Literal["resume", "restart"]`` as their last field.
+
+    def __post_init__(self) -> None:
+        if self.cursor not in _CURSORS:
+            raise ValueError(
+                f"The 'cursor' parameter of {type(self).__name__} must be a str among "
+                f"{set(_CURSORS)}. Got {self.cursor!r} instead."
+            )
+
+    def round_quorum(self, n_partitions: int) -> int:
+        """Number of partitions that must finish their quota to end a round."""
+        return n_partitions
+
+    @property
+    def keep_partial(self) -> bool:
+        """Whether the statistics of a partition stopped before its quota are used."""
+        return True
+
+    @property
+    def stops(self) -> bool:
+        """Whether this policy may stop partitions before their quota."""
+        return False
+
+    def next_cursor(self, cursor: int, rows: int, n: int, *, finished: bool) -> int:
+        """Where a partition of ``n`` rows starts next round after processing ``rows`` rows.
+
+        ``finished`` tells whether the partition completed its quota.
+        """
+        if self.cursor == "restart":
+            return 0
+        if not finished and not self.keep_partial:
+            return cursor
+        return cursors.advance(cursor, rows, n)
+
+    def check(self, n_partitions: int) -> None:
+        """Raise ``ValueError`` if the policy cannot run over ``n_partitions`` partitions."""
+
+
+@dataclass(frozen=True)
+class BSP(Policy):
+    """Bulk synchronous parallel: every round waits for every partition.
+
+    Parameters
+    ----------
+    cursor : {"resume", "restart"}, default="resume"
+        Where a partition starts its next round. Under BSP every partition processes its whole
+        quota, so this only matters with a quota smaller than the partition.
+    """
+
+    name: ClassVar[str] = "bsp"
+    cursor: Literal["resume", "restart"] = "resume"
+
+
+@dataclass(frozen=True)
+class ABSP(Policy):
+    """A-BSP: end the round when the fastest partition(s) finish.
+
+    When ``quorum`` partitions have processed their quota, every other partition of the round
+    is told to stop. A running partition stops at its next chunk boundary and returns its
+    statistics over the rows it processed; a partition that has not started returns 0 rows at
+    once. Stopped partitions resume from their first unprocessed row next round.
+
+    Parameters
+    ----------
+    quorum : int, default=1
+        Number of partitions that must finish to end the round (k-of-n). ``quorum=1`` is A-BSP
+        proper; a quorum equal to the number of partitions behaves as BSP.
+    on_quorum : {"harvest", "drop"}, default="harvest"
+        What happens to the work of stopped partitions: ``"harvest"`` counts their partial
+        statistics; ``"drop"`` discards them and leaves their cursor where it was (the ablation
+        that shows what harvesting buys, as backup workers do).
+    cursor : {"resume", "restart"}, default="resume"
+        ``"resume"`` starts a stopped partition at its first unprocessed row (unprocessed data is
+        prioritised); ``"restart"`` starts every partition at row 0 each round (ablation).
+
+    References
+    ----------
+    Wang, Chen, Pi, Zhou. "Aggressive Synchronization with Partial Processing for Iterative ML
+    Jobs on Clusters." ACM/IFIP Middleware 2018.
+    """
+
+    name: ClassVar[str] = "absp"
+    quorum: int = 1
+    on_quorum: Literal["harvest", "drop"] = "harvest"
+    cursor: Literal["resume", "restart"] = "resume"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        q = self.quorum
+        if isinstance(q, bool) or not isinstance(q, int) or q < 1:
+            raise ValueError(
+                "The 'quorum' parameter of ABSP must be an int in the range [1, inf). "
+                f"Got {q!r} instead."
+            )
+        if self.on_quorum not in ("harvest", "drop"):
+            raise ValueError(
+                "The 'on_quorum' parameter of ABSP must be a str among {'harvest', 'drop'}. "
+                f"Got {self.on_quorum!r} instead."
+            )
+
+    def round_quorum(self, n_partitions: int) -> int:
+        return min(self.quorum, n_partitions)
+
+    @property
+    def keep_partial(self) -> bool:
+        return self.on_quorum == "harvest"
+
+    @property
+    def stops(self) -> bool:
+        return True
+
+    def check(self, n_partitions: int) -> None:
+        if self.quorum > n_partitions:
+            raise ValueError(
+                f"The quorum of {self!r} must be at most the number of partitions "
+                f"({n_partitions}). Got quorum={self.quorum} instead."
+            )
+
+
+_NAMES: dict[str, type[Policy]] = {"bsp": BSP, "absp": ABSP}
+
+
+def as_policy(sync: str | Policy, *, owner: str = "fit") -> Policy:
+    """Return the policy for ``sync``: a policy object, or one of ``"bsp"``, ``"absp"``."""
+    if isinstance(sync, Policy):
+        return sync
+    if isinstance(sync, str) and sync in _NAMES:
+        return _NAMES[sync]()
+    raise ValueError(
+        f"The 'sync' parameter of {owner} must be a str among {set(_NAMES)} or a "
+        f"daskabsp.Policy instance. Got {sync!r} instead."
+    )
