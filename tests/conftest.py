@@ -1,0 +1,29 @@
+"""Shared fixtures: one real LocalCluster with worker processes for the whole session."""
+
+from __future__ import annotations
+
+import pytest
+from distributed import Client, LocalCluster
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """Four single-threaded worker processes (the behaviour under test depends on processes)."""
+    with LocalCluster(
+        n_workers=4, threads_per_worker=1, processes=True, dashboard_address=":0",
+        memory_limit="3GiB",
+    ) as cl:
+        yield cl
+
+
+@pytest.fixture(scope="session")
+def client(cluster):
+    """A synchronous client on the shared cluster, set as the default client."""
+    with Client(cluster) as c:
+        yield c
+
+
+@pytest.fixture
+def workers(client) -> list[str]:
+    """The worker addresses of the shared cluster, sorted."""
+    return sorted(client.scheduler_info()["workers"])
