@@ -1,0 +1,244 @@
+"""Helpers shared by the benchmarks: the cluster, the data, statistics, tables and JSON output.
+
+Every benchmark measures a pair of things side by side in one run, interleaved, and reports the
+ratio with its spread (median and interquartile range over the paired repeats), because the
+2-core machine the numbers come from is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import dask
+import dask.array as da
+import distributed
+import numpy as np
+from distributed import Client, LocalCluster, wait
+from distributed.diagnostics.plugin import SchedulerPlugin
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+# -- command line, environment, output ---------------------------------------------------------
+
+
+def parse_args(description: str, add=None) -> argparse.Namespace:
+    """Parse ``--quick`` (a smoke run), ``--seed`` and ``--out`` plus a benchmark's own options
+    (``add(parser)``)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--quick", action="store_true", help="small, fast smoke run")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the data")
+    p.add_argument("--out", type=Path, default=None,
+                   help="JSON output file (default: benchmarks/results/<name>[-quick].json)")
+    if add is not None:
+        add(p)
+    return p.parse_args()
+
+
+def environment() -> dict:
+    """What the numbers were measured on."""
+    import daskabsp
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, cwd=Path(__file__).parent, check=False).stdout.strip()
+    except OSError:
+        commit = ""
+    return {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "argv": sys.argv,
+        "commit": commit,
+        "cpu_count": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "dask": dask.__version__,
+        "distributed": distributed.__version__,
+        "daskabsp": daskabsp.__version__,
+    }
+
+
+def write_json(name: str, args: argparse.Namespace, payload: dict) -> Path:
+    """Write ``payload`` (plus the environment) to the benchmark's JSON file; return its path."""
+    path = args.out or RESULTS / f"{name}{'-quick' if args.quick else ''}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"benchmark": name, "quick": args.quick, "environment": environment(), **payload}
+    path.write_text(json.dumps(doc, indent=1, default=_jsonable))
+    return path
+
+
+def _jsonable(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence]) -> str:
+    """A plain fixed-width text table: first column left-aligned, the others right-aligned."""
+    rows = [list(r) for r in rows]
+    cells = [[str(h) for h in headers]] + [[_cell(v) for v in r] for r in rows]
+    width = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    left = [i == 0 for i in range(len(headers))]
+
+    def line(r):
+        return "  ".join(c.ljust(w) if lf else c.rjust(w)
+                         for c, w, lf in zip(r, width, left, strict=True)).rstrip()
+
+    sep = "  ".join("-" * w for w in width)
+    return "\n".join([line(cells[0]), sep, *(line(r) for r in cells[1:])])
+
+
+def _cell(v) -> str:
+    if isinstance(v, float):
+        return "nan" if np.isnan(v) else f"{v:.3g}" if abs(v) < 1e-2 else f"{v:.2f}"
+    return str(v)
+
+
+def verdict(ok: bool) -> str:
+    return "MET" if ok else "MISSED"
+
+
+# -- statistics ---------------------------------------------------------------------------------
+
+
+def summary(values) -> dict:
+    """Median, quartiles, p10, p90 and count of ``values`` (NaNs dropped)."""
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
+    if v.size == 0:
+        return {"n": 0, **{k: float("nan") for k in ("median", "p10", "p25", "p75", "p90")}}
+    p10, p25, p50, p75, p90 = np.percentile(v, [10, 25, 50, 75, 90])
+    return {"n": int(v.size), "median": float(p50), "p10": float(p10), "p25": float(p25),
+            "p75": float(p75), "p90": float(p90)}
+
+
+def spread(s: dict, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
+    """``median [p25-p75]`` of a :func:`summary`, scaled."""
+    f = [fmt.format(s[k] * scale) for k in ("median", "p25", "p75")]
+    return f"{f[0]} [{f[1]}-{f[2]}]"
+
+
+# -- the cluster --------------------------------------------------------------------------------
+
+
+@contextmanager
+def local_cluster(n_workers: int = 4, threads_per_worker: int = 1) -> Iterator[Client]:
+    """A LocalCluster of worker processes (as the tests use) and a client on it."""
+    with LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
+                      processes=True, dashboard_address=":0", memory_limit="4GiB") as cluster, \
+            Client(cluster) as client:
+        client.wait_for_workers(n_workers)
+        yield client
+
+
+def workers(client: Client) -> list[str]:
+    """Worker addresses, sorted."""
+    return sorted(client.scheduler_info(n_workers=-1)["workers"])
+
+
+def logistic_data(client: Client, n_rows: int, n_features: int, n_partitions: int,
+                  seed: int = 0, *, scale: float | None = None):
+    """A synthetic binary classification problem, generated on the workers and persisted as
+    ``n_partitions`` row chunks (lineage-backed, as the engine wants its data).
+
+    Features are independent normals with column scales spread over ``[1/scale, scale]`` (a
+    moderately ill-conditioned problem, so gradient descent needs tens of rounds); labels are
+    drawn from a logistic model with a random true coefficient vector. Returns ``(X, y)`` as
+    persisted dask arrays; each chunk is on its own worker when ``n_partitions`` equals the
+    number of workers.
+    """
+    rng = np.random.default_rng(seed)
+    col_scale = (np.geomspace(1.0 / scale, scale, n_features) if scale else
+                 np.ones(n_features))
+    w_true = rng.standard_normal(n_features) / np.sqrt(n_features) * 2.0
+    rows = -(-n_rows // n_partitions)
+    drng = da.random.default_rng(seed)
+    X = drng.standard_normal((n_rows, n_features), chunks=(rows, n_features)) * col_scale
+    z = (X / col_scale) @ w_true
+    y = (drng.random(n_rows, chunks=rows) < 1.0 / (1.0 + da.exp(-z))).astype(np.float64)
+    return pin_chunks(client, X, y)
+
+
+def pin_chunks(client: Client, *arrays):
+    """Persist dask arrays that share their row chunks so that chunk ``i`` of every array sits
+    on worker ``i % n_workers``: an even spread that the benchmarks can rely on (a plain persist
+    sometimes puts two chunks on one worker, and the engine then moves a task off its data)."""
+    addrs = workers(client)
+    nblocks = arrays[0].numblocks[0]
+    blocks = []
+    for i in range(nblocks):
+        parts = client.persist([a.blocks[i] for a in arrays], workers=[addrs[i % len(addrs)]])
+        blocks.append(parts)
+    out = [da.concatenate([b[j] for b in blocks]) for j in range(len(arrays))]
+    out = client.persist(out)
+    wait(out)
+    for a in out:
+        homes = chunk_homes(client, a)
+        want = [addrs[i % len(addrs)] for i in range(nblocks)]
+        if homes != want:
+            raise RuntimeError(f"chunks not where they were pinned: {homes} != {want}")
+    return tuple(out)
+
+
+def chunk_homes(client: Client, X) -> list[str]:
+    """The worker holding each row chunk of the persisted dask array ``X``."""
+    keys = [k for k in dask.core.flatten(X.__dask_keys__())]
+    who = client.who_has(X)
+    return [(who.get(k) or [""])[0] for k in keys]
+
+
+def warm_up(client: Client) -> None:
+    """Import the engine on every worker and let the cluster settle."""
+    client.run(lambda: __import__("daskabsp"))
+    time.sleep(0.5)
+
+
+# -- an independent observer on the scheduler ----------------------------------------------------
+
+
+class FinishTimes(SchedulerPlugin):
+    """Records, on the scheduler clock, when each task of each engine round reached memory.
+
+    Independent of the engine's own plugin: it groups tasks by the first element of their key
+    (one group per round, ``daskabsp-<program>-<fit>-<round>``). ``finish_times(prefix)`` is
+    callable from the client as ``client.scheduler.bench_finish_times(...)``.
+    """
+
+    name = "bench-finish-times"
+    idempotent = True
+
+    def __init__(self) -> None:
+        self.times: dict[str, list[float]] = defaultdict(list)
+
+    async def start(self, scheduler) -> None:
+        scheduler.handlers["bench_finish_times"] = self.finish_times
+
+    def transition(self, key, start, finish, *args, **kwargs) -> None:
+        if (start == "processing" and finish == "memory" and isinstance(key, tuple)
+                and isinstance(key[0], str) and key[0].startswith("daskabsp-")):
+            self.times[key[0]].append(time.time())
+
+    def finish_times(self, contains: str) -> dict[str, list[float]]:
+        return {k: v for k, v in self.times.items() if contains in k}
+
+
+def finish_spans(client: Client, fit_id: str, n_rounds: int) -> list[float]:
+    """First-finish to last-finish time (s) of every round of fit ``fit_id``, seen by
+    :class:`FinishTimes` on the scheduler (NaN where a round is missing)."""
+    got = client.sync(client.scheduler.bench_finish_times, contains=f"-{fit_id}-")
+    by_round = {int(k.rsplit("-", 1)[1]): v for k, v in got.items() if "retry" not in k}
+    return [max(by_round[r]) - min(by_round[r]) if r in by_round else float("nan")
+            for r in range(n_rounds)]

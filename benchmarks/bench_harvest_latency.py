@@ -1,0 +1,139 @@
+"""Harvest latency: how long after the first partition of a round finishes does the scheduler
+see the last (partial) result, under A-BSP; and, for contrast, how long BSP waits from the first
+finish to the last in the same setting.
+
+Setting: 4 workers x 1 thread, 4 and 8 partitions of a logistic regression, three of the four
+workers emulated ``--slow`` times slower (``daskabsp.slow_workers``), so every round has
+stragglers still running when the fastest partition finishes. A-BSP and BSP fits alternate
+(blocks of ``--rounds`` rounds each, the order swapped every block); round 0 of every fit (chunk
+calibration) is dropped.
+
+A-BSP latency is the engine's own record (``history.harvest_latency``: scheduler time of the
+quorum-th ``processing -> memory`` to the last one of the round). BSP's wait is measured the same
+way by an independent scheduler plugin (``_common.FinishTimes``), which also cross-checks the
+engine's numbers for A-BSP. Target: A-BSP median <= 10 ms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from _common import (
+    FinishTimes,
+    chunk_homes,
+    finish_spans,
+    local_cluster,
+    logistic_data,
+    parse_args,
+    spread,
+    summary,
+    table,
+    verdict,
+    warm_up,
+    workers,
+    write_json,
+)
+
+import daskabsp
+
+TARGET_MS = 10.0
+
+
+def add_options(p) -> None:
+    p.add_argument("--blocks", type=int, default=None, help="A-BSP/BSP fit pairs per setting")
+    p.add_argument("--rounds", type=int, default=None, help="measured rounds per fit")
+    p.add_argument("--rows", type=int, default=None, help="total rows")
+    p.add_argument("--features", type=int, default=100)
+    p.add_argument("--slow", type=float, default=10.0, help="straggler slowdown factor")
+
+
+def one_fit(client, X, y, sync, rounds):
+    """Run one fit of ``rounds`` measured rounds (+ the dropped round 0); return its records."""
+    res = daskabsp.fit(daskabsp.LogisticGD(), X, y, sync=sync, max_iter=rounds + 1, tol=None,
+                       client=client)
+    h = res.history
+    fit_id = h.attrs["fit_id"]
+    seen = finish_spans(client, fit_id, res.n_iter)[1:]
+    engine = (h.harvest_latency.values[1:].tolist() if "harvest_latency" in h
+              else [float("nan")] * len(seen))
+    homes = h.worker.values[1:]
+    return {
+        "fit_id": fit_id,
+        "observer_s": seen,
+        "engine_s": engine,
+        "rows": h.rows.values[1:].tolist(),
+        "harvested": h.harvested.values[1:].tolist(),
+        "partition_size": h.partition_size.values.tolist(),
+        "round_s": np.diff(h.wall_time.values).tolist(),
+        "workers": homes.tolist(),
+    }
+
+
+def main() -> None:
+    args = parse_args(__doc__.split("\n\n")[0], add_options)
+    blocks = args.blocks or (2 if args.quick else 6)
+    rounds = args.rounds or (5 if args.quick else 8)
+    n_rows = args.rows or (200_000 if args.quick else 800_000)
+    settings = (4, 8)
+
+    with local_cluster(4, 1) as client:
+        warm_up(client)
+        client.register_plugin(FinishTimes())
+        addrs = workers(client)
+        data = {P: logistic_data(client, n_rows, args.features, P, args.seed) for P in settings}
+        homes = {P: chunk_homes(client, data[P][0]) for P in settings}
+        fast = addrs[0]
+        slow = {a: args.slow for a in addrs if a != fast}
+        fits = {(P, s): [] for P in settings for s in ("absp", "bsp")}
+        with daskabsp.slow_workers(client, slow):
+            for b in range(blocks):
+                for P in settings:
+                    order = ("absp", "bsp") if b % 2 == 0 else ("bsp", "absp")
+                    for sync in order:
+                        fits[P, sync].append(one_fit(client, *data[P], sync, rounds))
+
+    rows, out = [], {"settings": {}}
+    met = True
+    for P in settings:
+        a_fits, b_fits = fits[P, "absp"], fits[P, "bsp"]
+        lat = [v for f in a_fits for v in f["engine_s"]]
+        lat_obs = [v for f in a_fits for v in f["observer_s"]]
+        wait_bsp = [v for f in b_fits for v in f["observer_s"]]
+        # Paired ratios: round i of the A-BSP fit and round i of the BSP fit of the same block.
+        ratios = [bw / al for fa, fb in zip(a_fits, b_fits, strict=True)
+                  for al, bw in zip(fa["engine_s"], fb["observer_s"], strict=True) if al > 0]
+        slow_rows = [r / n for f in a_fits
+                     for rr, ran_on in zip(f["rows"], f["workers"], strict=True)
+                     for r, w, n in zip(rr, ran_on, f["partition_size"], strict=True)
+                     if w != fast]
+        straggler_frac = float(np.mean(slow_rows)) if slow_rows else 0.0
+        s_lat, s_obs, s_bsp, s_ratio = (summary(v) for v in (lat, lat_obs, wait_bsp, ratios))
+        ok = s_lat["median"] * 1e3 <= TARGET_MS
+        met &= ok
+        rows.append([f"{P} partitions", s_lat["n"], f"{s_lat['median'] * 1e3:.1f}",
+                     f"{s_lat['p90'] * 1e3:.1f}", f"{s_obs['median'] * 1e3:.1f}",
+                     f"{s_bsp['median'] * 1e3:.0f}", f"{s_bsp['p90'] * 1e3:.0f}",
+                     spread(s_ratio, fmt="{:.0f}"), f"{straggler_frac:.1%}", verdict(ok)])
+        out["settings"][str(P)] = {
+            "absp_harvest_latency_s": s_lat, "absp_observer_latency_s": s_obs,
+            "bsp_wait_s": s_bsp, "ratio_bsp_wait_over_absp_latency": s_ratio,
+            "straggler_rows_fraction_median": straggler_frac,
+            "chunk_homes": homes[P], "fits": {"absp": a_fits, "bsp": b_fits},
+        }
+
+    headers = ["setting", "rounds", "A-BSP med ms", "A-BSP p90 ms", "observer med ms",
+               "BSP wait med ms", "BSP p90 ms", "BSP/A-BSP [IQR]", "straggler rows",
+               f"target med<={TARGET_MS:g}ms"]
+    print(f"Harvest latency: first finish -> last result on the scheduler; 4 workers x 1 "
+          f"thread, 3 workers {args.slow:g}x slower, {n_rows} rows x {args.features} features, "
+          f"{blocks} A-BSP/BSP fit pairs x {rounds} rounds per setting")
+    print(table(headers, rows))
+    print("A-BSP: engine's history.harvest_latency; observer: an independent scheduler plugin;"
+          " straggler rows: mean fraction of its partition a slowed "
+          "partition processed per A-BSP round.")
+    out.update(fast_worker=fast, slow_workers=slow, n_rows=n_rows, n_features=args.features,
+               blocks=blocks, rounds=rounds, target_ms=TARGET_MS, target_met=met)
+    print(f"wrote {write_json('harvest_latency', args, out)}")
+
+
+if __name__ == "__main__":
+    main()
