@@ -200,9 +200,16 @@ def chunk_homes(client: Client, X) -> list[str]:
     return [(who.get(k) or [""])[0] for k in keys]
 
 
+def noop(X, y, params):
+    """A no-op partition task for baselines: touches nothing, returns an array the size of the
+    logistic program's statistics. It lives in an importable module (the workers share the
+    driver's ``sys.path``), so it is pickled by reference, as the engine's task function is."""
+    return np.zeros(params.shape[0] + 2)
+
+
 def warm_up(client: Client) -> None:
     """Import the engine on every worker and let the cluster settle."""
-    client.run(lambda: __import__("daskabsp"))
+    client.run(lambda: __import__("daskabsp") and __import__("_common"))
     time.sleep(0.5)
 
 
