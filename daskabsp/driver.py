@@ -303,10 +303,11 @@ class _Fit:
             for p, res in enumerate(results):
                 cursors[p] = policy.next_cursor(cursors[p], res.rows, sizes[p],
                                                 finished=not res.stopped)
-                if res.rows >= 4 * res.chunk_rows and res.compute_seconds > 0:
+                if res.chunk_rows and res.rows >= 4 * res.chunk_rows:
+                    # refine from the whole scan's speed (the probe chunk is noisy)
                     chunk_rows[p] = max(1, int(res.rows * self.chunk_target
-                                               / res.compute_seconds))
-                else:
+                                               / max(res.compute_seconds, 1e-9)))
+                elif res.chunk_rows:
                     chunk_rows[p] = res.chunk_rows
                 staleness[p] = 0 if counted[p] else staleness[p] + 1
             state = program.update(state, stats, k)
@@ -349,7 +350,9 @@ class _Fit:
         futs = []
         with distributed.span("daskabsp", f"{program.name}-{self.fit_id}"), \
                 dask.annotate(daskabsp=ann):
-            for p in range(len(parts)):
+            # Workers start tasks in the order they arrive: partitions that got nothing
+            # last round go first, so a partition queued behind another does not starve.
+            for p in sorted(range(len(parts)), key=lambda p: -staleness[p]):
                 futs.append(client.submit(
                     run_partition, program, arg, parts.X[p], parts.y[p],
                     parts.sample_weight[p], round_id=rid, cursor=cursors[p], quota=quotas[p],
@@ -357,11 +360,12 @@ class _Fit:
                     key=(prefix, p), workers=[assign[p]], allow_other_workers=True,
                     priority=staleness[p],
                 ))
-        return futs
+        order = {f.key[1]: f for f in futs}
+        return [order[p] for p in range(len(parts))]
 
     async def _driver_stop(self, futs, rid: str, quorum: int) -> None:
         done = 0
-        async for _ in as_completed(futs):
+        async for _ in as_completed(futs, loop=self.client.loop):
             done += 1
             if done == quorum:
                 await self.client.run(stop_on_worker, [rid])

@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 from dask.base import tokenize
 from dask.core import flatten
-from distributed import Future, futures_of, wait
+from distributed import Future, as_completed, futures_of
 
 
 def is_dask(a: Any) -> bool:
@@ -79,7 +79,7 @@ async def place(client, X, y, sample_weight, chunks: tuple[int, ...]) -> Partiti
     # In-memory input is deliberately sent inside the graph: that is its lineage.
     with dask.config.set({"distributed.admin.large-graph-warning-threshold": "1 PiB"}):
         persisted = client.persist(present)
-    await wait(futures_of(persisted))
+    await wait_all(client, futures_of(persisted))
     it = iter(persisted)
     out = []
     for a in arrays:
@@ -90,6 +90,13 @@ async def place(client, X, y, sample_weight, chunks: tuple[int, ...]) -> Partiti
         by_key = {f.key: f for f in futures_of(p)}
         out.append([by_key[k] for k in flatten(p.__dask_keys__())])
     return Partitions(out[0], out[1], out[2], chunks, int(X.shape[1]))
+
+
+async def wait_all(client, futures) -> None:
+    """Wait until ``futures`` of ``client`` are done (``distributed.wait`` would use the
+    default client, which need not be ``client``)."""
+    async for _ in as_completed(futures, loop=client.loop):
+        pass
 
 
 def check_finite_block(block) -> np.ndarray:

@@ -47,7 +47,7 @@ class PartialResult:
     worker : str
         Address of the worker that ran the task ("" outside a worker).
     chunk_rows : int
-        Rows per chunk used after calibration.
+        Rows per chunk used after calibration (0 if the task stopped before calibrating).
     """
 
     stats: np.ndarray
@@ -147,13 +147,13 @@ def run_partition(
         chunk_rows = max(1, int((stop - pos) * target / max(elapsed, 1e-7)))
         done = stop - pos
         pos = stop if stop < n else 0
-    chunk_rows = chunk_rows or 1
+    step = chunk_rows or 1  # calibration is skipped only when nothing is to be scanned
 
     # The hot loop: no locks, no I/O, no allocation beyond the program's own temporaries.
     while done < quota:
         if is_set():
             break
-        stop = min(pos + chunk_rows, n, pos + quota - done)
+        stop = min(pos + step, n, pos + quota - done)
         if extra > 0:
             t0 = perf_counter()
             accumulate(acc, params, _rows(X, pos, stop), _rows(y, pos, stop),
@@ -174,5 +174,5 @@ def run_partition(
         start=t_start,
         stop=time.time(),
         worker=address,
-        chunk_rows=chunk_rows,
+        chunk_rows=chunk_rows or 0,
     )

@@ -51,7 +51,10 @@ def check_data(X, y, sample_weight, *, needs_y: bool):
     """Validate the fit input; in-memory input is converted to float64 ndarray or CSR."""
     if isinstance(X, da.Array):
         return _check_dask(X, y, sample_weight, needs_y=needs_y)
-    X = check_array(X, accept_sparse="csr", dtype=[np.float64, np.float32])
+    # dtype="numeric" rejects strings (an explicit float dtype would parse "1.5" silently)
+    X = check_array(X, accept_sparse="csr", dtype="numeric", input_name="X")
+    if X.dtype != np.float64:
+        X = X.astype(np.float64)
     if needs_y:
         if y is None:
             raise ValueError("This program requires y to be passed, but the target y is None.")

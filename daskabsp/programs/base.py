@@ -3,9 +3,43 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class PartitionStats:
+    """The statistics one partition handed back in a round, and which rows they cover.
+
+    The rows are ``start, start + 1, ...`` (``rows`` of them), wrapping from the partition's
+    last row to row 0.
+
+    Attributes
+    ----------
+    partition : int
+        Index of the partition.
+    start : int
+        Row the partition's scan started at (its cursor).
+    rows : int
+        Rows processed.
+    size : int
+        Rows in the partition.
+    stats : ndarray
+        Statistics over the rows processed.
+    stats_before_wrap : ndarray or None
+        For programs with ``split_at_wrap``: the statistics over rows ``start .. size - 1``
+        when the scan reached the partition's last row (the rows after the wrap have
+        ``stats - stats_before_wrap``); None when it did not, or for other programs.
+    """
+
+    partition: int
+    start: int
+    rows: int
+    size: int
+    stats: np.ndarray
+    stats_before_wrap: np.ndarray | None = None
 
 
 class Program(ABC):
@@ -18,9 +52,11 @@ class Program(ABC):
             params = program.params(state)                   # broadcast to partition tasks
             acc = program.new_stats(params)                  # in each task
             program.accumulate(acc, params, X, y, sw)        # per chunk of rows, in place
-            stats = program.combine([acc_1, ..., acc_p])     # on the driver
+            stats = program.combine_round(parts, params)     # on the driver; by default
+                                                             # combine([acc_1, ..., acc_p])
             objective = program.objective(state, stats, k)
             state = program.update(state, stats, k)          # k = rows counted this round
+            stop if program.converged(state) (None: if the objective changed < tol)
 
     Statistics must be additive over rows, so that the statistics of the rows a stopped
     partition did process are exact for those rows. A program object is shipped to every
@@ -34,6 +70,10 @@ class Program(ABC):
     needs_y: ClassVar[bool] = True
     #: Whether :meth:`accumulate` uses ``sample_weight``.
     accepts_sample_weight: ClassVar[bool] = False
+    #: Whether partition tasks also return their statistics up to the partition's last row
+    #: when a scan wraps to row 0 (:attr:`PartitionStats.stats_before_wrap`; one copy of the
+    #: accumulator per task and round).
+    split_at_wrap: ClassVar[bool] = False
 
     def check_input(self, X, y) -> None:
         """Raise ``ValueError`` if in-memory ``X``, ``y`` are not valid for this program."""
@@ -69,6 +109,27 @@ class Program(ABC):
     def combine(self, stats: list[np.ndarray]) -> np.ndarray:
         """Combine the statistics of several partitions (default: their sum)."""
         return np.sum(stats, axis=0)
+
+    def combine_round(self, parts: list[PartitionStats], params: Any) -> Any:
+        """Combine a round's statistics, knowing which rows of which partition they cover.
+
+        ``parts`` holds the partitions whose statistics count this round (in partition
+        order). The result is what :meth:`objective` and :meth:`update` receive. The default
+        is :meth:`combine` of the statistics (zeroed statistics when nothing counts); a
+        program overrides this when the uneven coverage of A-BSP rounds matters to it.
+        """
+        if not parts:
+            return self.new_stats(params)
+        return self.combine([p.stats for p in parts])
+
+    def converged(self, state: Any) -> bool | None:
+        """Whether the fit has converged at ``state`` (after an update).
+
+        None (the default) leaves the decision to the engine: the objective changed by at
+        most ``tol`` (relative). A program with its own stopping rule returns a bool, and the
+        engine then ignores ``tol``.
+        """
+        return None
 
     @abstractmethod
     def update(self, state: Any, stats: np.ndarray, n_rows: int) -> Any:

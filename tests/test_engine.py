@@ -1,0 +1,251 @@
+"""The engine end to end on a real LocalCluster with worker processes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.special import expit
+from sklearn.datasets import make_classification
+from sklearn.linear_model import LogisticRegression
+
+import daskabsp
+from daskabsp import ABSP, BSP, LogisticGD, fit, slow_workers
+
+C = 1.0
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = make_classification(n_samples=40_000, n_features=10, n_informative=6,
+                               random_state=0)
+    return X, y.astype(float)
+
+
+@pytest.fixture(scope="module")
+def big():
+    """Partitions large enough (~20 ms of compute each) that every task starts before the
+    fastest one finishes, even on a busy 2-core machine."""
+    X, y = make_classification(n_samples=400_000, n_features=20, n_informative=10,
+                               random_state=1)
+    return X, y.astype(float)
+
+
+def sklearn_optimum(X, y):
+    sk = LogisticRegression(C=C, tol=1e-12, max_iter=10_000).fit(X, y)
+    w = np.r_[sk.coef_.ravel(), sk.intercept_]
+    return LogisticGD(C=C).full_objective(w, X, y)
+
+
+@pytest.fixture(scope="module")
+def optimum(data):
+    return sklearn_optimum(*data)
+
+
+def numpy_gd(X, y, n_iter, C=C):
+    """Accelerated gradient descent of LogisticGD, written out in one process."""
+    n, d = X.shape
+    w = np.zeros(d + 1)
+    v = w.copy()
+    t = 1.0
+    lipschitz = 0.25 * (np.einsum("ij,ij->", X, X) / n + 1.0) + 1.0 / (C * n)
+    trace = []
+    for _ in range(n_iter):
+        trace.append(v.copy())
+        r = expit(X @ v[:-1] + v[-1]) - y
+        g = np.r_[X.T @ r / n + v[:-1] / (C * n), r.mean()]
+        w_next = v - g / lipschitz
+        t_next = 0.5 * (1 + np.sqrt(1 + 4 * t * t))
+        v = w_next + (t - 1) / t_next * (w_next - w)
+        w, t = w_next, t_next
+    return w, np.array(trace)
+
+
+def straggler_partitions(history, address):
+    """Partitions whose task ran on ``address`` in every round."""
+    on = (history.worker == address).all("round")
+    return np.flatnonzero(on.values)
+
+
+def test_bsp_reproduces_numpy_gradient_descent(client, data):
+    X, y = data
+    res = fit(LogisticGD(C=C), X, y, sync="bsp", max_iter=25, tol=None, n_partitions=4,
+              record_params=True)
+    w_ref, trace = numpy_gd(X, y, 25)
+    np.testing.assert_allclose(res.history.params.values, trace, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(res.coef, w_ref, rtol=1e-10)
+    h = res.history
+    assert res.n_iter == 25 and h.sizes == {"round": 25, "partition": 4, "param": 11}
+    assert (h.rows == h.partition_size).all() and not h.harvested.any()
+    assert h.attrs["sync"] == "bsp"
+
+
+def test_absp_harvests_straggler_and_reaches_optimum(client, big, workers):
+    X, y = big
+    optimum = sklearn_optimum(X, y)
+    slow = workers[0]
+    with slow_workers(client, {slow: 8.0}):
+        res = fit(LogisticGD(C=C), X, y, sync="absp", max_iter=200, tol=None,
+                  n_partitions=4)
+    h = res.history
+    (p,) = straggler_partitions(h, slow)
+    rows = h.rows.sel(partition=p).values[1:]
+    quota = h.quota.sel(partition=p).values[1:]
+    assert ((rows > 0) & (rows < quota)).all(), rows
+    assert h.harvested.sel(partition=p).values[1:].all()
+    assert h.counted.sel(partition=p).values[1:].all()
+    # the straggler resumes where it stopped
+    cur = h.cursor.sel(partition=p).values
+    n_p = int(h.partition_size[p])
+    np.testing.assert_array_equal(cur[1:], (cur[:-1] + h.rows.sel(partition=p).values[:-1])
+                                  % n_p)
+    assert np.nanmedian(h.harvest_latency.values) < 0.5
+    f = LogisticGD(C=C).full_objective(res.coef, X, y)
+    assert f <= optimum * (1 + 1e-3), (f, optimum)
+
+
+def test_drop_discards_straggler_statistics_and_keeps_cursor(client, big, workers):
+    X, y = big
+    slow = workers[0]
+    with slow_workers(client, {slow: 8.0}):
+        res = fit(LogisticGD(C=C), X, y, sync=ABSP(on_quorum="drop"), max_iter=8, tol=None,
+                  n_partitions=4)
+    h = res.history
+    (p,) = straggler_partitions(h, slow)
+    stopped = h.harvested.sel(partition=p).values
+    assert stopped[1:].all()
+    assert not h.counted.sel(partition=p).values[stopped].any()
+    cur = h.cursor.sel(partition=p).values
+    assert (cur == 0).all()  # never finished, so never advanced
+    # the counted rows are exactly the rows of the partitions that finished
+    fin = ~h.harvested
+    assert (h.counted == fin).all()
+
+
+def test_quorum_n_matches_bsp(client, data):
+    X, y = data
+    kw = dict(max_iter=10, tol=None, n_partitions=4, record_params=True)
+    a = fit(LogisticGD(C=C), X, y, sync=BSP(), **kw)
+    b = fit(LogisticGD(C=C), X, y, sync=ABSP(quorum=4), **kw)
+    np.testing.assert_allclose(b.history.params.values, a.history.params.values, rtol=1e-12)
+    assert not b.history.harvested.any()
+
+
+def test_unstarted_tasks_return_zero_rows_at_once(client, big):
+    X, y = big
+    res = fit(LogisticGD(C=C), X, y, sync="absp", max_iter=12, tol=None, n_partitions=8)
+    h = res.history
+    # 8 partitions on 4 single-thread workers: the second task of each worker has not started
+    # when the first finisher stops the round.
+    zero = (h.rows == 0).values
+    assert zero[1:].sum(axis=1).min() >= 1
+    assert (h.compute_seconds.values[zero] < 0.01).all()
+    # partitions that got nothing go first next round: none starves
+    assert (h.rows.sum("round") > 0).all()
+
+
+def test_concurrent_bsp_and_absp_fits_do_not_stop_each_other(cluster, big, workers):
+    import asyncio
+
+    from distributed import Client
+
+    X, y = big
+
+    async def both():
+        async with Client(cluster.scheduler_address, asynchronous=True,
+                          set_as_default=False) as c:
+            prog = LogisticGD(C=C)
+            plugin = daskabsp.SlowWorkers({workers[0]: 8.0})
+            await c.register_plugin(plugin)
+            try:
+                return await asyncio.gather(
+                    fit(prog, X, y, sync="bsp", max_iter=10, tol=None, n_partitions=4,
+                        client=c),
+                    fit(prog, X, y, sync="absp", max_iter=10, tol=None, n_partitions=4,
+                        client=c),
+                )
+            finally:
+                await c.unregister_worker_plugin(plugin.name)
+
+    bsp, absp = asyncio.run(both())
+    assert not bsp.history.harvested.any()
+    assert (bsp.history.rows == bsp.history.partition_size).all()
+    assert absp.history.harvested.any()
+
+
+def test_history_round_trips_through_netcdf(client, data, tmp_path):
+    import xarray as xr
+
+    X, y = data
+    res = fit(LogisticGD(C=C), X, y, max_iter=3, tol=None, n_partitions=4)
+    path = tmp_path / "history.nc"
+    res.history.to_netcdf(path)
+    with xr.open_dataset(path) as back:
+        xr.testing.assert_identical(back.load(), res.history)
+    assert res.history.attrs["program"] == "logreg"
+    assert res.history.attrs["sync"] == "absp"
+
+
+def test_tol_stops_early(client, data):
+    X, y = data
+    res = fit(LogisticGD(C=C), X, y, sync="bsp", max_iter=500, tol=1e-3, n_partitions=4)
+    assert res.converged and res.n_iter < 500
+    obj = res.history.objective.values
+    assert abs(obj[-1] - obj[-2]) <= 1e-3 * abs(obj[-2])
+
+
+def test_sparse_input_matches_dense(client, data):
+    import scipy.sparse as sp
+
+    X, y = data
+    kw = dict(sync="bsp", max_iter=5, tol=None, n_partitions=4)
+    dense = fit(LogisticGD(C=C), X, y, **kw)
+    sparse = fit(LogisticGD(C=C), sp.csr_matrix(X), y, **kw)
+    np.testing.assert_allclose(sparse.coef, dense.coef, rtol=1e-10)
+
+
+def test_dask_input_keeps_its_chunks(client, data):
+    import dask.array as da
+
+    X, y = data
+    Xd = da.from_array(X, chunks=(10_000, 5))
+    yd = da.from_array(y, chunks=10_000)
+    res = fit(LogisticGD(C=C), Xd, yd, sync="bsp", max_iter=5, tol=None)
+    assert res.history.sizes["partition"] == 4
+    ref = fit(LogisticGD(C=C), X, y, sync="bsp", max_iter=5, tol=None, n_partitions=4)
+    np.testing.assert_allclose(res.coef, ref.coef, rtol=1e-10)
+
+
+def test_driver_signal_fallback_still_harvests(client, big, workers):
+    import dask
+
+    X, y = big
+    daskabsp.driver._ready.pop(client.id, None)
+    try:
+        with dask.config.set({"daskabsp.signal": "driver"}), \
+                slow_workers(client, {workers[0]: 8.0}):
+            res = fit(LogisticGD(C=C), X, y, sync="absp", max_iter=6, tol=None,
+                      n_partitions=4)
+    finally:
+        daskabsp.driver._ready.pop(client.id, None)
+    h = res.history
+    (p,) = straggler_partitions(h, workers[0])
+    assert h.harvested.sel(partition=p).values[1:].all()
+    assert "harvest_latency" not in h
+
+
+def test_plugin_forgets_finished_rounds(client, data):
+    X, y = data
+    fit(LogisticGD(C=C), X, y, max_iter=3, tol=None, n_partitions=4)
+
+    def state(dask_scheduler):
+        p = dask_scheduler.plugins["daskabsp"]
+        return len(p.rounds), len(p.key_round)
+
+    # Round keys are released when the fit ends and the scheduler forgets them asynchronously:
+    # wait for that condition (bounded), not for a fixed time.
+    import time
+
+    deadline = time.monotonic() + 10
+    while client.run_on_scheduler(state) != (0, 0):
+        assert time.monotonic() < deadline, client.run_on_scheduler(state)
+        time.sleep(0.05)

@@ -1,0 +1,63 @@
+"""Bad input raises ValueError naming the problem, before anything is submitted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from daskabsp import ABSP, LogisticGD, fit
+
+
+def daskabsp_tasks(dask_scheduler) -> int:
+    return sum(1 for k in dask_scheduler.tasks if "daskabsp" in str(k))
+
+
+@pytest.fixture
+def xy():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2000, 4))
+    return X, (X[:, 0] > 0).astype(float)
+
+
+def _nan(X, y):
+    X = X.copy()
+    X[3, 1] = np.nan
+    return X, y
+
+
+def _inf(X, y):
+    X = X.copy()
+    X[7, 0] = np.inf
+    return X, y
+
+
+@pytest.mark.parametrize(
+    "make, kwargs, match",
+    [
+        (_nan, {}, "Input X contains NaN"),
+        (_inf, {}, "Input X contains infinity"),
+        (lambda X, y: (X, y[:-1]), {}, "inconsistent numbers of samples"),
+        (lambda X, y: (X.astype(str), y), {}, "numeric|could not convert"),
+        (lambda X, y: (X, y), {"n_partitions": 5000}, "n_partitions=5000 must be at most"),
+        (lambda X, y: (X, y), {"n_partitions": 3, "sync": ABSP(quorum=4)},
+         "quorum of ABSP.* at most the number of partitions \\(3\\)"),
+        (lambda X, y: (X, y), {"sync": "fast"}, "The 'sync' parameter of fit must be"),
+        (lambda X, y: (X, y), {"max_iter": 0}, "The 'max_iter' parameter of fit must be an int"),
+        (lambda X, y: (X, y), {"quota": 1.5}, "The 'quota' parameter of fit"),
+        (lambda X, y: (X, y + 2), {}, "needs y in \\{0, 1\\}"),
+    ],
+)
+def test_bad_input_raises_before_submitting(client, xy, make, kwargs, match):
+    X, y = make(*xy)
+    before = client.run_on_scheduler(daskabsp_tasks)
+    with pytest.raises(ValueError, match=match):
+        fit(LogisticGD(), X, y, **kwargs)
+    assert client.run_on_scheduler(daskabsp_tasks) == before == 0
+
+
+def test_dask_input_with_nan_is_rejected(client, xy):
+    import dask.array as da
+
+    X, y = _nan(*xy)
+    with pytest.raises(ValueError, match="NaN or infinity"):
+        fit(LogisticGD(), da.from_array(X, chunks=(500, 4)), y)
