@@ -24,7 +24,7 @@ import dask.array as da
 import distributed
 import numpy as np
 from distributed import Client, LocalCluster, wait
-from distributed.diagnostics.plugin import SchedulerPlugin
+from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -106,6 +106,12 @@ def _cell(v) -> str:
     if isinstance(v, float):
         return "nan" if np.isnan(v) else f"{v:.3g}" if abs(v) < 1e-2 else f"{v:.2f}"
     return str(v)
+
+
+def load_note(start: float) -> str:
+    """The machine's 1-minute load average at the start and end of a run (2 cores: above 2,
+    other work competes with the benchmark)."""
+    return f"load average {start:.1f} at start, {os.getloadavg()[0]:.1f} at end"
 
 
 def verdict(ok: bool) -> str:
@@ -217,18 +223,20 @@ def warm_up(client: Client) -> None:
 
 
 class FinishTimes(SchedulerPlugin):
-    """Records, on the scheduler clock, when each task of each engine round reached memory.
+    """Records, on the scheduler, when each task of each engine round reached memory.
 
     Independent of the engine's own plugin: it groups tasks by the first element of their key
-    (one group per round, ``daskabsp-<program>-<fit>-<round>``). ``finish_times(prefix)`` is
-    callable from the client as ``client.scheduler.bench_finish_times(...)``.
+    (one group per round, ``daskabsp-<program>-<fit>-<round>``) and keeps, per task, the
+    scheduler time of ``processing -> memory``, the worker, and the worker's compute start and
+    stop of the task (from the ``startstops`` the worker reports; one host, one clock).
+    ``finish_times(contains)`` is callable as ``client.scheduler.bench_finish_times(...)``.
     """
 
     name = "bench-finish-times"
     idempotent = True
 
     def __init__(self) -> None:
-        self.times: dict[str, list[float]] = defaultdict(list)
+        self.times: dict[str, list[dict]] = defaultdict(list)
 
     async def start(self, scheduler) -> None:
         scheduler.handlers["bench_finish_times"] = self.finish_times
@@ -236,16 +244,53 @@ class FinishTimes(SchedulerPlugin):
     def transition(self, key, start, finish, *args, **kwargs) -> None:
         if (start == "processing" and finish == "memory" and isinstance(key, tuple)
                 and isinstance(key[0], str) and key[0].startswith("daskabsp-")):
-            self.times[key[0]].append(time.time())
+            compute = [s for s in kwargs.get("startstops", ()) if s["action"] == "compute"]
+            self.times[key[0]].append({
+                "partition": key[1], "seen": time.time(), "worker": kwargs.get("worker"),
+                "start": compute[-1]["start"] if compute else None,
+                "stop": compute[-1]["stop"] if compute else None,
+            })
 
-    def finish_times(self, contains: str) -> dict[str, list[float]]:
+    def finish_times(self, contains: str) -> dict[str, list[dict]]:
         return {k: v for k, v in self.times.items() if contains in k}
 
 
-def finish_spans(client: Client, fit_id: str, n_rounds: int) -> list[float]:
-    """First-finish to last-finish time (s) of every round of fit ``fit_id``, seen by
-    :class:`FinishTimes` on the scheduler (NaN where a round is missing)."""
+def round_finishes(client: Client, fit_id: str, n_rounds: int) -> list[list[dict]]:
+    """Per round of fit ``fit_id``, the :class:`FinishTimes` records of its tasks (first
+    attempt only; an empty list where a round is missing)."""
     got = client.sync(client.scheduler.bench_finish_times, contains=f"-{fit_id}-")
     by_round = {int(k.rsplit("-", 1)[1]): v for k, v in got.items() if "retry" not in k}
-    return [max(by_round[r]) - min(by_round[r]) if r in by_round else float("nan")
-            for r in range(n_rounds)]
+    return [by_round.get(r, []) for r in range(n_rounds)]
+
+
+class StopReceipts(WorkerPlugin):
+    """Wraps the engine's stop handler on each worker to log when a stop message arrived
+    (``worker.extensions["bench-stop-receipts"]``: a list of ``(time, rounds)``). Register it
+    after the engine's worker plugin (i.e. after a first fit); it changes nothing else."""
+
+    name = "bench-stop-receipts"
+    idempotent = True
+
+    def setup(self, worker) -> None:
+        from daskabsp.plugins import STOP_OP
+
+        inner = worker.stream_handlers[STOP_OP]
+        log = worker.extensions.setdefault("bench-stop-receipts", [])
+
+        def logged(rounds=(), **kwargs):
+            log.append((time.time(), list(rounds)))
+            return inner(rounds=rounds, **kwargs)
+
+        worker.stream_handlers[STOP_OP] = logged
+
+
+def stop_receipts(client: Client) -> dict[str, float]:
+    """``{(worker, round id): first arrival time}`` of the stop messages logged by
+    :class:`StopReceipts`."""
+    logs = client.run(lambda dask_worker: dask_worker.extensions.get("bench-stop-receipts", []))
+    out = {}
+    for addr, log in logs.items():
+        for t, rounds in log:
+            for rid in rounds:
+                out.setdefault((addr, rid), t)
+    return out

@@ -16,15 +16,20 @@ engine's numbers for A-BSP. Target: A-BSP median <= 10 ms.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from _common import (
     FinishTimes,
+    StopReceipts,
     chunk_homes,
-    finish_spans,
+    load_note,
     local_cluster,
     logistic_data,
     parse_args,
+    round_finishes,
     spread,
+    stop_receipts,
     summary,
     table,
     verdict,
@@ -52,24 +57,43 @@ def one_fit(client, X, y, sync, rounds):
                        client=client)
     h = res.history
     fit_id = h.attrs["fit_id"]
-    seen = finish_spans(client, fit_id, res.n_iter)[1:]
+    finishes = round_finishes(client, fit_id, res.n_iter)[1:]
+    spans = [max(f["seen"] for f in fs) - min(f["seen"] for f in fs) if fs else float("nan")
+             for fs in finishes]
     engine = (h.harvest_latency.values[1:].tolist() if "harvest_latency" in h
-              else [float("nan")] * len(seen))
-    homes = h.worker.values[1:]
+              else [float("nan")] * len(spans))
     return {
         "fit_id": fit_id,
-        "observer_s": seen,
+        "observer_s": spans,
         "engine_s": engine,
+        "finishes": finishes,
         "rows": h.rows.values[1:].tolist(),
-        "harvested": h.harvested.values[1:].tolist(),
         "partition_size": h.partition_size.values.tolist(),
         "round_s": np.diff(h.wall_time.values).tolist(),
-        "workers": homes.tolist(),
+        "workers": h.worker.values[1:].tolist(),
     }
+
+
+def breakdown(fit: dict, receipts: dict) -> list[tuple[float, float, float]]:
+    """Per round, the harvest latency split at the round's last result: first finish (on the
+    scheduler) -> stop message received by that task's worker -> the task's compute end ->
+    its result seen by the scheduler."""
+    out = []
+    for r, fs in enumerate(fit["finishes"], start=1):
+        if not fs:
+            continue
+        first = min(f["seen"] for f in fs)
+        last = max(fs, key=lambda f: f["seen"])
+        got = receipts.get((last["worker"], f"{fit['fit_id']}:{r}"))
+        if got is None or last["stop"] is None:
+            continue
+        out.append((got - first, last["stop"] - got, last["seen"] - last["stop"]))
+    return out
 
 
 def main() -> None:
     args = parse_args(__doc__.split("\n\n")[0], add_options)
+    load0 = os.getloadavg()[0]
     blocks = args.blocks or (2 if args.quick else 6)
     rounds = args.rounds or (5 if args.quick else 8)
     n_rows = args.rows or (200_000 if args.quick else 800_000)
@@ -80,6 +104,8 @@ def main() -> None:
         client.register_plugin(FinishTimes())
         addrs = workers(client)
         data = {P: logistic_data(client, n_rows, args.features, P, args.seed) for P in settings}
+        one_fit(client, *data[4], "absp", 0)  # installs the engine's plugins
+        client.register_plugin(StopReceipts())
         homes = {P: chunk_homes(client, data[P][0]) for P in settings}
         fast = addrs[0]
         slow = {a: args.slow for a in addrs if a != fast}
@@ -90,6 +116,7 @@ def main() -> None:
                     order = ("absp", "bsp") if b % 2 == 0 else ("bsp", "absp")
                     for sync in order:
                         fits[P, sync].append(one_fit(client, *data[P], sync, rounds))
+        receipts = stop_receipts(client)
 
     rows, out = [], {"settings": {}}
     met = True
@@ -107,20 +134,26 @@ def main() -> None:
                      if w != fast]
         straggler_frac = float(np.mean(slow_rows)) if slow_rows else 0.0
         s_lat, s_obs, s_bsp, s_ratio = (summary(v) for v in (lat, lat_obs, wait_bsp, ratios))
+        parts = [summary(v) for v in zip(*[b for f in a_fits for b in breakdown(f, receipts)],
+                                         strict=True)]
         ok = s_lat["median"] * 1e3 <= TARGET_MS
         met &= ok
         rows.append([f"{P} partitions", s_lat["n"], f"{s_lat['median'] * 1e3:.1f}",
                      f"{s_lat['p90'] * 1e3:.1f}", f"{s_obs['median'] * 1e3:.1f}",
+                     *(f"{b['median'] * 1e3:.1f}" for b in parts),
                      f"{s_bsp['median'] * 1e3:.0f}", f"{s_bsp['p90'] * 1e3:.0f}",
                      spread(s_ratio, fmt="{:.0f}"), f"{straggler_frac:.1%}", verdict(ok)])
         out["settings"][str(P)] = {
             "absp_harvest_latency_s": s_lat, "absp_observer_latency_s": s_obs,
+            "absp_breakdown_s": dict(zip(("stop_delivery", "to_task_end", "result_delivery"),
+                                         parts, strict=True)),
             "bsp_wait_s": s_bsp, "ratio_bsp_wait_over_absp_latency": s_ratio,
             "straggler_rows_fraction_median": straggler_frac,
             "chunk_homes": homes[P], "fits": {"absp": a_fits, "bsp": b_fits},
         }
 
     headers = ["setting", "rounds", "A-BSP med ms", "A-BSP p90 ms", "observer med ms",
+               "stop->worker", "->task end", "->scheduler",
                "BSP wait med ms", "BSP p90 ms", "BSP/A-BSP [IQR]", "straggler rows",
                f"target med<={TARGET_MS:g}ms"]
     print(f"Harvest latency: first finish -> last result on the scheduler; 4 workers x 1 "
@@ -128,10 +161,13 @@ def main() -> None:
           f"{blocks} A-BSP/BSP fit pairs x {rounds} rounds per setting")
     print(table(headers, rows))
     print("A-BSP: engine's history.harvest_latency; observer: an independent scheduler plugin;"
-          " straggler rows: mean fraction of its partition a slowed "
-          "partition processed per A-BSP round.")
+          " the next three columns split A-BSP's latency at the round's last result (medians):"
+          " first finish -> stop received by that worker -> task compute end -> result seen by"
+          " the scheduler. straggler rows: mean fraction of its partition a slowed partition "
+          "processed per A-BSP round.")
     out.update(fast_worker=fast, slow_workers=slow, n_rows=n_rows, n_features=args.features,
                blocks=blocks, rounds=rounds, target_ms=TARGET_MS, target_met=met)
+    print(load_note(load0))
     print(f"wrote {write_json('harvest_latency', args, out)}")
 
 

@@ -14,12 +14,14 @@ and gathers them. Target: engine (A-BSP) / plain <= 1.15x.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 
 import dask
 import numpy as np
 from _common import (
+    load_note,
     local_cluster,
     logistic_data,
     noop,
@@ -104,6 +106,7 @@ def engine_rounds(client, X, y, sync: str, n_rounds: int) -> tuple[list[float], 
 
 def main() -> None:
     args = parse_args(__doc__.split("\n\n")[0], add_options)
+    load0 = os.getloadavg()[0]
     blocks = args.blocks or (3 if args.quick else 12)
     rounds = args.rounds or (8 if args.quick else 20)
     settings = (4, 8)
@@ -164,6 +167,7 @@ def main() -> None:
           "history).")
     out.update(rows_per_partition=args.rows, n_features=args.features, blocks=blocks,
                rounds=rounds, target=TARGET, target_met=met)
+    print(load_note(load0))
     print(f"wrote {write_json('round_overhead', args, out)}")
 
 

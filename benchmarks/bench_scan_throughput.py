@@ -11,11 +11,12 @@ CSR. Throughput ratio = vectorised time / scan time; target >= 0.8.
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
 import scipy.sparse as sp
-from _common import parse_args, spread, summary, table, verdict, write_json
+from _common import load_note, parse_args, spread, summary, table, verdict, write_json
 from threadpoolctl import threadpool_limits
 
 import daskabsp
@@ -57,6 +58,7 @@ def scan(program, params, X, y, chunk_rows):
 
 def main() -> None:
     args = parse_args(__doc__.split("\n\n")[0], add_options)
+    load0 = os.getloadavg()[0]
     repeats = args.repeats or (5 if args.quick else 30)
     rng = np.random.default_rng(args.seed)
     data, y = partitions(args, rng)
@@ -113,6 +115,7 @@ def main() -> None:
     print("ratio = throughput of the scan / throughput of one vectorised pass (per repeat), "
           "median [IQR].")
     out.update(repeats=repeats, chunk_target_s=target_s, target=TARGET, target_met=met)
+    print(load_note(load0))
     print(f"wrote {write_json('scan_throughput', args, out)}")
 
 

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from _common import (
+    load_note,
     local_cluster,
     logistic_data,
     parse_args,
@@ -123,6 +124,7 @@ def round_cap(mode: str, rb: int | None, fits: dict) -> int:
 
 def main() -> None:
     args = parse_args(__doc__.split("\n\n")[0], add_options)
+    load0 = os.getloadavg()[0]
     repeats = args.repeats or (1 if args.quick else 3)
     rows_per_part = args.rows or (100_000 if args.quick else 2_000_000)
     modes = [m for m in MODES if not (args.no_ablations and m in ("absp-drop", "absp-restart"))]
@@ -228,6 +230,7 @@ def main() -> None:
         "target_met": {"speedup": ok_speed, "no_straggler": ok_cost, "bsp_round": ok_size},
         "fits": fits,
     }
+    print(load_note(load0))
     print(f"wrote {write_json('time_to_target', args, out)}")
 
 
