@@ -22,6 +22,7 @@ import dask
 import distributed
 import numpy as np
 import xarray as xr
+from dask.utils import apply
 from distributed import as_completed
 from distributed.client import FutureCancelledError
 from distributed.scheduler import KilledWorker
@@ -40,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 _ROUND_ATTEMPTS = 3
 _INLINE_PARAMS_BYTES = 1_000_000
-_ready: dict[str, bool] = {}  # client id -> scheduler plugin available
+_ready: dict[str, str] = {}  # client id -> how stops are sent (see ensure_plugins)
 _warned_fallback = False
 
 
@@ -82,6 +83,7 @@ def fit(
     quota: int | float | None = None,
     chunk_target: float | None = None,
     record_params: bool = False,
+    callback=None,
     client: distributed.Client | None = None,
 ):
     """Run ``program`` over ``X`` (and ``y``) on a Dask cluster under a synchronisation policy.
@@ -115,6 +117,10 @@ def fit(
         Seconds of work per chunk (default ``daskabsp.chunk-target``).
     record_params : bool, default=False
         Store the parameters of every round in the history (variable ``params``).
+    callback : callable, optional
+        Called after every round as ``callback(round, coef, objective)`` with the updated
+        parameters; returning True stops the fit. Time spent in it is not counted in the
+        history's ``wall_time``.
     client : distributed.Client, optional
         Default: the current client, or an embedded LocalCluster.
 
@@ -144,25 +150,31 @@ def fit(
     client = client if client is not None else get_client()
     run = _Fit(client, program, policy, X, y, sample_weight, max_iter=max_iter, tol=tol,
                n_partitions=n_partitions, quota=quota, chunk_target=chunk_target,
-               record_params=record_params)
+               record_params=record_params, callback=callback)
     if client.asynchronous:
         return run.run()
     return client.sync(run.run)
 
 
-async def ensure_plugins(client: distributed.Client) -> bool:
-    """Register the daskabsp plugins on ``client``'s cluster (once); whether the scheduler
-    plugin is available (otherwise the driver sends the stops itself)."""
+async def ensure_plugins(client: distributed.Client) -> str:
+    """Register the daskabsp plugins on ``client``'s cluster (once per client).
+
+    Returns how stops are sent: ``"scheduler"`` (the scheduler plugin), ``"driver"`` (the
+    ``daskabsp.signal`` config asks for it) or ``"driver-opaque"`` (the scheduler plugin could
+    not be installed, e.g. daskabsp is missing on the scheduler: the driver sends the stops and
+    submits tasks whose functions the scheduler need not import).
+    """
     global _warned_fallback
     if client.id in _ready:
         return _ready[client.id]
     await client.register_plugin(AbspWorkerPlugin())
-    ok = False
+    mode = "driver"
     if _config.get("signal") == "scheduler":
         try:
             await client.register_plugin(AbspSchedulerPlugin())
-            ok = True
+            mode = "scheduler"
         except Exception as e:
+            mode = "driver-opaque"
             if not _warned_fallback:
                 _warned_fallback = True
                 warnings.warn(
@@ -172,8 +184,8 @@ async def ensure_plugins(client: distributed.Client) -> bool:
                     RuntimeWarning,
                     stacklevel=2,
                 )
-    _ready[client.id] = ok
-    return ok
+    _ready[client.id] = mode
+    return mode
 
 
 def balance(assignment: list[str | None], nthreads: dict[str, int]) -> list[str]:
@@ -198,7 +210,7 @@ def balance(assignment: list[str | None], nthreads: dict[str, int]) -> list[str]
 
 class _Fit:
     def __init__(self, client, program, policy, X, y, sample_weight, *, max_iter, tol,
-                 n_partitions, quota, chunk_target, record_params) -> None:
+                 n_partitions, quota, chunk_target, record_params, callback) -> None:
         self.client = client
         self.program = program
         self.policy = policy
@@ -211,12 +223,20 @@ class _Fit:
             chunk_target if chunk_target is not None else _config.seconds("chunk-target")
         )
         self.record_params = record_params
+        self.callback = callback
         self.fit_id = uuid.uuid4().hex[:8]
 
     async def run(self) -> FitResult:
-        client, _program, policy = self.client, self.program, self.policy
+        client, policy = self.client, self.policy
         X, y, sw = self.data
-        scheduler_signal = await ensure_plugins(client)
+        self.signal = await ensure_plugins(client)
+        if self.signal == "driver-opaque":
+            # The scheduler deserialises task graphs: ship daskabsp's functions and the program
+            # as scattered data, called through dask.utils.apply, so it never imports daskabsp.
+            self._remote = dict(zip(
+                ("run", "check", "program"),
+                await client.scatter([run_partition, check_finite_block, self.program],
+                                     broadcast=True, hash=False), strict=True))
         nthreads = await client.scheduler.ncores()
         chunks = row_chunks(X, self.n_partitions, sum(nthreads.values()) or 1,
                             int(_config.get("min-partition-rows")))
@@ -228,12 +248,12 @@ class _Fit:
         try:
             if is_dask(X):
                 await self._check_finite(parts)
-            return await self._rounds(parts, nthreads, scheduler_signal)
+            return await self._rounds(parts, nthreads)
         finally:
             del parts
 
     async def _check_finite(self, parts: Partitions) -> None:
-        checks = self.client.map(check_finite_block, parts.X, pure=False)
+        checks = [self._submit_call("check", check_finite_block, x, key=None) for x in parts.X]
         ok = await self.client.gather(checks)
         if not all(bool(o[0]) for o in ok):
             raise ValueError("Input X contains NaN or infinity.")
@@ -246,7 +266,7 @@ class _Fit:
             return [max(1, round(q * n)) for n in sizes]
         return [min(int(q), n) for n in sizes]
 
-    async def _rounds(self, parts: Partitions, nthreads, scheduler_signal: bool) -> FitResult:
+    async def _rounds(self, parts: Partitions, nthreads) -> FitResult:
         client, program, policy = self.client, self.program, self.policy
         P = len(parts)
         sizes = parts.sizes
@@ -272,7 +292,7 @@ class _Fit:
                 futs = self._submit(parts, params, rid, r, quorum, cursors, quotas,
                                     chunk_rows, staleness, assign)
                 try:
-                    if quorum and not scheduler_signal:
+                    if quorum and self.signal != "scheduler":
                         await self._driver_stop(futs, rid, quorum)
                     results: list[PartialResult] = await client.gather(futs)
                     break
@@ -321,13 +341,19 @@ class _Fit:
                     logger.info("daskabsp: workers changed; partitions re-balanced: %s", new)
                 assign = new
 
+            if self.callback is not None:
+                c0 = time.perf_counter()
+                stop = self.callback(r, np.asarray(program.coefficients(state)), obj)
+                t0 += time.perf_counter() - c0  # the user's time is not the fit's
+                if stop:
+                    break
             if (self.tol is not None and prev_obj is not None
                     and abs(obj - prev_obj) <= self.tol * max(abs(obj), abs(prev_obj))):
                 converged = True
                 break
             prev_obj = obj
 
-        latency = await self._harvest_latency(rids) if scheduler_signal else None
+        latency = await self._harvest_latency(rids) if self.signal == "scheduler" else None
         attrs = {
             "sync": policy.name, "policy": repr(policy), "program": program.name,
             "program_repr": repr(program), "fit_id": self.fit_id, "n_partitions": P,
@@ -353,8 +379,8 @@ class _Fit:
             # Workers start tasks in the order they arrive: partitions that got nothing
             # last round go first, so a partition queued behind another does not starve.
             for p in sorted(range(len(parts)), key=lambda p: -staleness[p]):
-                futs.append(client.submit(
-                    run_partition, program, arg, parts.X[p], parts.y[p],
+                futs.append(self._submit_call(
+                    "run", run_partition, self._program_arg(), arg, parts.X[p], parts.y[p],
                     parts.sample_weight[p], round_id=rid, cursor=cursors[p], quota=quotas[p],
                     chunk_rows=chunk_rows[p], chunk_target=self.chunk_target,
                     key=(prefix, p), workers=[assign[p]], allow_other_workers=True,
@@ -362,6 +388,19 @@ class _Fit:
                 ))
         order = {f.key[1]: f for f in futs}
         return [order[p] for p in range(len(parts))]
+
+    def _program_arg(self):
+        return self._remote["program"] if self.signal == "driver-opaque" else self.program
+
+    def _submit_call(self, name, func, *args, key, workers=None, allow_other_workers=False,
+                     priority=0, **kwargs):
+        """``client.submit(func, *args, **kwargs)``; with a scheduler that lacks daskabsp, the
+        same call through ``dask.utils.apply`` on the scattered function."""
+        opts = dict(key=key, workers=workers, allow_other_workers=allow_other_workers,
+                    priority=priority, pure=False)
+        if self.signal == "driver-opaque":
+            return self.client.submit(apply, self._remote[name], list(args), kwargs, **opts)
+        return self.client.submit(func, *args, **kwargs, **opts)
 
     async def _driver_stop(self, futs, rid: str, quorum: int) -> None:
         done = 0

@@ -70,3 +70,29 @@ class HistoryRecorder:
             coords={"round": rounds, "partition": np.arange(self.n_partitions)},
             attrs=attrs,
         )
+
+
+def time_to_target(history: xr.Dataset, objective, target: float) -> tuple[float, int]:
+    """When a fit first reached ``objective(params) <= target``.
+
+    Parameters
+    ----------
+    history : xarray.Dataset
+        A fit history recorded with ``record_params=True``.
+    objective : callable
+        Maps a parameter vector to the exact objective (e.g. ``program.full_objective``).
+    target : float
+        The objective value to reach.
+
+    Returns
+    -------
+    (seconds, round) : tuple of float and int
+        Wall time since the fit started at the end of the first round whose parameters reach
+        the target, and that round; ``(nan, -1)`` if it was never reached.
+    """
+    if "params" not in history:
+        raise ValueError("time_to_target needs a history recorded with record_params=True.")
+    for r, params in enumerate(history.params.values):
+        if objective(params) <= target:
+            return float(history.wall_time.values[r]), r
+    return float("nan"), -1
