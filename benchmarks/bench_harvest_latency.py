@@ -49,12 +49,14 @@ def add_options(p) -> None:
     p.add_argument("--rows", type=int, default=None, help="total rows")
     p.add_argument("--features", type=int, default=100)
     p.add_argument("--slow", type=float, default=10.0, help="straggler slowdown factor")
+    p.add_argument("--chunk-target", type=float, default=None,
+                   help="seconds per chunk (default: the engine's daskabsp.chunk-target)")
 
 
-def one_fit(client, X, y, sync, rounds):
+def one_fit(client, X, y, sync, rounds, chunk_target=None):
     """Run one fit of ``rounds`` measured rounds (+ the dropped round 0); return its records."""
     res = daskabsp.fit(daskabsp.LogisticGD(), X, y, sync=sync, max_iter=rounds + 1, tol=None,
-                       client=client)
+                       chunk_target=chunk_target, client=client)
     h = res.history
     fit_id = h.attrs["fit_id"]
     finishes = round_finishes(client, fit_id, res.n_iter)[1:]
@@ -115,7 +117,8 @@ def main() -> None:
                 for P in settings:
                     order = ("absp", "bsp") if b % 2 == 0 else ("bsp", "absp")
                     for sync in order:
-                        fits[P, sync].append(one_fit(client, *data[P], sync, rounds))
+                        fits[P, sync].append(one_fit(client, *data[P], sync, rounds,
+                                                     args.chunk_target))
         receipts = stop_receipts(client)
 
     rows, out = [], {"settings": {}}
