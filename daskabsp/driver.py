@@ -284,9 +284,15 @@ class _Fit:
         prev_obj = None
         converged = False
         t0 = time.perf_counter()
+        interval = _config.seconds("membership-interval")
+        next_check = t0 + interval
         for r in range(self.max_iter):
             params = program.params(state)
-            members = asyncio.ensure_future(client.scheduler.ncores())
+            # Ask who the workers are at most once per interval, concurrently with the round.
+            members = None
+            if time.perf_counter() >= next_check:
+                members = asyncio.ensure_future(client.scheduler.ncores())
+                next_check = time.perf_counter() + interval
             for attempt in range(_ROUND_ATTEMPTS):
                 rid = f"{self.fit_id}:{r}" + (f".{attempt}" if attempt else "")
                 futs = self._submit(parts, params, rid, r, quorum, cursors, quotas,
@@ -332,8 +338,10 @@ class _Fit:
                 staleness[p] = 0 if counted[p] else staleness[p] + 1
             state = program.update(state, stats, k)
 
-            live = await members
             ran_on = [res.worker or a for res, a in zip(results, assign, strict=False)]
+            if ran_on != assign and members is None:
+                members = asyncio.ensure_future(client.scheduler.ncores())
+            live = await members if members is not None else nthreads
             if set(live) != set(nthreads) or ran_on != assign:
                 nthreads = live
                 new = balance(ran_on, live)
