@@ -119,7 +119,7 @@ def round_cap(mode: str, rb: int | None, fits: dict) -> int:
     if mode.startswith("bsp"):
         return rb + 3
     seen = [f["rounds"] for f in fits[mode] if f["rounds"] is not None]
-    return int(1.5 * max(seen or [rb])) + 3
+    return int((1.2 if seen else 1.5) * max(seen or [rb])) + 3
 
 
 def main() -> None:
