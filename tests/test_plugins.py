@@ -1,0 +1,67 @@
+"""The signal path through a real scheduler: stops, re-sent stops, bookkeeping."""
+
+from __future__ import annotations
+
+import uuid
+
+import dask
+import numpy as np
+from distributed import Event
+
+from daskabsp import LogisticGD, run_partition
+from daskabsp.driver import ensure_plugins
+
+
+def _after_gate(gate, *args, **kwargs):
+    return run_partition(*args, **kwargs)
+
+
+def _wait_for_event(name: str) -> bool:
+    return Event(name).wait(timeout=60)
+
+
+def _plugin_rounds(dask_scheduler) -> list[str]:
+    return list(dask_scheduler.plugins["daskabsp"].rounds)
+
+
+def test_stop_is_resent_to_a_task_that_starts_after_its_round_stopped(client, workers):
+    assert client.sync(ensure_plugins, client) == "scheduler"
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((50_000, 5))
+    y = (X[:, 0] > 0).astype(float)
+    prog, params = LogisticGD(), np.zeros(6)
+    fit_id = uuid.uuid4().hex[:8]
+    rid = f"{fit_id}:0"
+    prefix = f"daskabsp-test-{fit_id}-00000"
+    gate_name = f"gate-{fit_id}"
+    kw = dict(round_id=rid, cursor=0, quota=X.shape[0])
+    # The gate runs outside the round, on a third worker, and holds b back until a is done.
+    gate = client.submit(_wait_for_event, gate_name, workers=[workers[2]], pure=False)
+    with dask.annotate(daskabsp={"fit": fit_id, "round": "0", "quorum": 1}):
+        a = client.submit(run_partition, prog, params, X, y, None, **kw, key=(prefix, 0),
+                          workers=[workers[0]])
+        b = client.submit(_after_gate, gate, prog, params, X, y, None, **kw, key=(prefix, 1),
+                          workers=[workers[1]])
+    first = a.result()
+    assert first.rows == X.shape[0] and not first.stopped
+    # a's finish stopped the round while b was still waiting: no worker was running b then.
+    assert rid in client.run_on_scheduler(_plugin_rounds)
+    Event(gate_name).set()
+    late = b.result()
+    assert late.rows == 0 and late.stopped
+    assert late.worker == workers[1]
+
+
+def test_rounds_of_a_departed_client_are_forgotten(cluster, client):
+    from distributed import Client
+
+    assert client.sync(ensure_plugins, client) == "scheduler"
+    fit_id = uuid.uuid4().hex[:8]
+    with Client(cluster, set_as_default=False) as other:
+        with dask.annotate(daskabsp={"fit": fit_id, "round": "0", "quorum": 0}):
+            fut = other.submit(sum, [1, 2], key=(f"daskabsp-test-{fit_id}-00000", 0))
+        assert fut.result() == 3
+        assert f"{fit_id}:0" in client.run_on_scheduler(_plugin_rounds)
+    # close() sends close-client then close-stream and waits for the scheduler's stream-closed
+    # reply, so remove_client has run on the scheduler when it returns.
+    assert f"{fit_id}:0" not in client.run_on_scheduler(_plugin_rounds)
