@@ -181,19 +181,22 @@ def logistic_data(client: Client, n_rows: int, n_features: int, n_partitions: in
 def pin_chunks(client: Client, *arrays):
     """Persist dask arrays that share their row chunks so that chunk ``i`` of every array sits
     on worker ``i % n_workers``: an even spread that the benchmarks can rely on (a plain persist
-    sometimes puts two chunks on one worker, and the engine then moves a task off its data)."""
+    sometimes puts two chunks on one worker, and the engine then moves a task off its data).
+
+    The placement is a per-key ``workers=`` annotation (hard), so these chunks could not be
+    recomputed elsewhere if their worker died: fine for a benchmark, not for real fits.
+    """
     addrs = workers(client)
-    nblocks = arrays[0].numblocks[0]
-    blocks = []
-    for i in range(nblocks):
-        parts = client.persist([a.blocks[i] for a in arrays], workers=[addrs[i % len(addrs)]])
-        blocks.append(parts)
-    out = [da.concatenate([b[j] for b in blocks]) for j in range(len(arrays))]
-    out = client.persist(out)
+
+    def home(key):
+        return [addrs[key[1] % len(addrs)]]
+
+    with dask.annotate(workers=home):
+        out = client.persist(list(arrays))
     wait(out)
     for a in out:
         homes = chunk_homes(client, a)
-        want = [addrs[i % len(addrs)] for i in range(nblocks)]
+        want = [addrs[i % len(addrs)] for i in range(a.numblocks[0])]
         if homes != want:
             raise RuntimeError(f"chunks not where they were pinned: {homes} != {want}")
     return tuple(out)
