@@ -33,7 +33,7 @@ from .history import HistoryRecorder
 from .partitions import Partitions, check_finite_block, is_dask, place, row_chunks
 from .plugins import AbspSchedulerPlugin, AbspWorkerPlugin, stop_on_worker
 from .policies import Policy, as_policy
-from .programs.base import Program
+from .programs.base import PartitionStats, Program
 from .runtime import PartialResult, run_partition
 from .validation import check_data, check_int, check_quota, check_real
 
@@ -106,7 +106,8 @@ def fit(
     tol : float or None, default=1e-4
         Stop when the relative change of the objective between rounds is at most ``tol``.
         Under A-BSP the objective is estimated over the rows processed, so it varies by sampling
-        noise; a ``tol`` below that noise runs to ``max_iter``.
+        noise; a ``tol`` below that noise runs to ``max_iter``. Unused by programs with their
+        own stopping rule (:meth:`Program.converged <daskabsp.programs.Program.converged>`).
     n_partitions : int, optional
         Number of row partitions for in-memory input (default: one per worker thread, none
         smaller than ``daskabsp.min-partition-rows`` rows).
@@ -314,9 +315,11 @@ class _Fit:
 
             counted = [res.rows > 0 and (policy.keep_partial or not res.stopped)
                        for res in results]
-            used = [res.stats for res, c in zip(results, counted, strict=False) if c]
-            stats = program.combine(used) if used else program.new_stats(params)
-            k = sum(res.rows for res, c in zip(results, counted, strict=False) if c)
+            pieces = [PartitionStats(p, cursors[p], res.rows, sizes[p], res.stats,
+                                     res.stats_before_wrap)
+                      for p, (res, c) in enumerate(zip(results, counted, strict=False)) if c]
+            stats = program.combine_round(pieces, params)
+            k = sum(ps.rows for ps in pieces)
             obj = program.objective(state, stats, k)
             rec.add(
                 wall=time.perf_counter() - t0, objective=obj,
@@ -355,8 +358,9 @@ class _Fit:
                 t0 += time.perf_counter() - c0  # the user's time is not the fit's
                 if stop:
                     break
-            if (self.tol is not None and prev_obj is not None
-                    and abs(obj - prev_obj) <= self.tol * max(abs(obj), abs(prev_obj))):
+            verdict = program.converged(state)
+            if verdict or (verdict is None and self.tol is not None and prev_obj is not None
+                           and abs(obj - prev_obj) <= self.tol * max(abs(obj), abs(prev_obj))):
                 converged = True
                 break
             prev_obj = obj

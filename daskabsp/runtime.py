@@ -48,6 +48,10 @@ class PartialResult:
         Address of the worker that ran the task ("" outside a worker).
     chunk_rows : int
         Rows per chunk used after calibration (0 if the task stopped before calibrating).
+    stats_before_wrap : ndarray or None
+        For programs with ``split_at_wrap``: a copy of the statistics taken when the scan
+        reached the partition's last row and went on from row 0 (the statistics of the rows
+        from the cursor to the end); None otherwise.
     """
 
     stats: np.ndarray
@@ -59,6 +63,7 @@ class PartialResult:
     stop: float
     worker: str
     chunk_rows: int
+    stats_before_wrap: np.ndarray | None = None
 
 
 def _rows(X: Any, start: int, stop: int) -> Any:
@@ -131,6 +136,8 @@ def run_partition(
     perf_counter = time.perf_counter
     sleep = time.sleep
     extra = slowdown - 1.0
+    split = bool(getattr(program, "split_at_wrap", False))
+    head = None
     pos, done = cursor, 0
     c0 = perf_counter()
 
@@ -147,6 +154,8 @@ def run_partition(
         chunk_rows = max(1, int((stop - pos) * target / max(elapsed, 1e-7)))
         done = stop - pos
         pos = stop if stop < n else 0
+        if split and pos == 0:
+            head = acc.copy()
     step = chunk_rows or 1  # calibration is skipped only when nothing is to be scanned
 
     # The hot loop: no locks, no I/O, no allocation beyond the program's own temporaries.
@@ -163,7 +172,12 @@ def run_partition(
             accumulate(acc, params, _rows(X, pos, stop), _rows(y, pos, stop),
                        _rows(sample_weight, pos, stop))
         done += stop - pos
-        pos = stop if stop < n else 0
+        if stop < n:
+            pos = stop
+        else:
+            pos = 0
+            if split:  # chunks never cross the last row, and a scan wraps at most once
+                head = acc.copy()
 
     return PartialResult(
         stats=acc,
@@ -175,4 +189,5 @@ def run_partition(
         stop=time.time(),
         worker=address,
         chunk_rows=chunk_rows or 0,
+        stats_before_wrap=head,
     )
