@@ -1,6 +1,21 @@
 """Iterative programs the engine runs: partition statistics and update rules."""
 
-from .base import Program
+from .base import PartitionStats, Program
+from .cycles import CycleLedger, RoundStats
+from .kmeans import LloydKMeans
+from .linear import LinearNewton
 from .logistic import LogisticGD
+from .multinomial import MultinomialNewton
+from .newton import NewtonProgram
 
-__all__ = ["LogisticGD", "Program"]
+__all__ = [
+    "CycleLedger",
+    "LinearNewton",
+    "LloydKMeans",
+    "LogisticGD",
+    "MultinomialNewton",
+    "NewtonProgram",
+    "PartitionStats",
+    "Program",
+    "RoundStats",
+]

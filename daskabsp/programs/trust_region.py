@@ -1,0 +1,102 @@
+"""Newton steps under a trust region measured in the model's own norm.
+
+A program's rounds give a quadratic model ``q(s) = f + g.s + s.H.s / 2`` of the objective
+around the current parameters. The Newton step minimises it; far from the optimum (or when
+the model comes from a subset of rows) the quadratic can be a poor guide, so the step is kept
+inside a trust region ``||s||_H <= radius``. In the model's norm the constrained minimiser is
+the Newton step scaled back to the boundary, which keeps the rule affine invariant (feature
+scaling does not change the iterates). The radius follows the usual ratio test (Nocedal and
+Wright, *Numerical Optimization*, Algorithm 4.1) between the decrease the model predicted and
+the decrease the next round measured; a step that made the objective worse is taken back.
+
+Because a round measures the objective only once the step has been taken, the ratio of a step
+is known one round later, and a rejected step costs one round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import scipy.linalg
+
+
+def newton_direction(g: np.ndarray, H: np.ndarray) -> np.ndarray:
+    """Solve ``H s = -g``; ``H`` symmetric positive semi-definite.
+
+    A singular ``H`` (e.g. the intercepts of a multinomial model, defined up to a constant)
+    gets the minimum-norm solution.
+    """
+    try:
+        c = scipy.linalg.cho_factor(H, lower=True, check_finite=False)
+        s = -scipy.linalg.cho_solve(c, g, check_finite=False)
+        if np.all(np.isfinite(s)):
+            return s
+    except (np.linalg.LinAlgError, ValueError):
+        pass
+    w, V = np.linalg.eigh(H)
+    keep = w > w.max(initial=0.0) * 1e-12
+    return -(V[:, keep] @ ((V[:, keep].T @ g) / w[keep]))
+
+
+@dataclass(frozen=True)
+class Step:
+    """A trust-region Newton step."""
+
+    step: np.ndarray
+    #: Decrease of the quadratic model along the step.
+    predicted: float
+    #: Newton decrement ``sqrt(g . H^-1 g)`` (the full step's length in the model's norm).
+    decrement: float
+    #: Length of the step in the model's norm.
+    length: float
+
+
+def trust_step(g: np.ndarray, direction: np.ndarray, radius: float) -> Step:
+    """The Newton step ``direction`` (``-H^-1 g``), scaled back to ``radius`` if longer."""
+    s = direction
+    lam2 = max(float(-g @ s), 0.0)
+    lam = float(np.sqrt(lam2))
+    t = 1.0 if lam <= radius else radius / lam
+    return Step(step=t * s, predicted=lam2 * (t - 0.5 * t * t), decrement=lam, length=t * lam)
+
+
+@dataclass(frozen=True)
+class TrustRegion:
+    """The radius and the ratio test.
+
+    Parameters
+    ----------
+    radius : float
+        Current radius, in the model's norm (``sqrt(s.H.s)``, the square root of twice the
+        quadratic's change along ``s``).
+    """
+
+    radius: float
+
+    def _shrink(self, length: float) -> TrustRegion:
+        return replace(self, radius=0.25 * length)
+
+    def _grow(self, length: float) -> TrustRegion:
+        if length >= 0.99 * self.radius:
+            return replace(self, radius=2.0 * self.radius)
+        return self
+
+    def judge(self, actual: float, predicted: float, length: float,
+              noise: float = 0.0) -> tuple[TrustRegion, bool]:
+        """The new region and whether to keep a step of ``length`` that was predicted to
+        decrease the objective by ``predicted`` and measured to decrease it by ``actual``.
+
+        Differences smaller than ``noise`` (the sampling noise of the objective estimate) are
+        not evidence against the step: it is kept, and the region may grow.
+        """
+        if predicted <= noise and abs(actual) <= max(noise, predicted):
+            return self._grow(length), True
+        rho = actual / predicted if predicted > 0 else (1.0 if actual >= 0 else -1.0)
+        if rho < 0.0:
+            return self._shrink(length), False
+        if rho < 0.25:
+            return self._shrink(length), True
+        if rho > 0.75:
+            return self._grow(length), True
+        return self, True
