@@ -285,6 +285,7 @@ class _Fit:
         prev_obj = None
         converged = False
         t0 = time.perf_counter()
+        epoch0 = time.time()
         interval = _config.seconds("membership-interval")
         next_check = t0 + interval
         for r in range(self.max_iter):
@@ -326,6 +327,8 @@ class _Fit:
                 params=params if self.record_params else None,
                 rows=[res.rows for res in results], quota=quotas, cursor=list(cursors),
                 compute_seconds=[res.compute_seconds for res in results],
+                task_start=[res.start - epoch0 for res in results],
+                task_stop=[res.stop - epoch0 for res in results],
                 harvested=[res.stopped for res in results], counted=counted,
                 worker=[res.worker for res in results],
             )

@@ -10,6 +10,8 @@ _PER_PARTITION = {
     "quota": ("int64", "rows asked for", None),
     "cursor": ("int64", "row the partition started at", None),
     "compute_seconds": ("float64", "time spent scanning", "s"),
+    "task_start": ("float64", "task start since the fit started (worker clock)", "s"),
+    "task_stop": ("float64", "task end since the fit started (worker clock)", "s"),
     "harvested": ("bool", "stopped by the round's stop before its quota", None),
     "counted": ("bool", "statistics used in the update", None),
     "worker": ("str", "worker that ran the task", None),

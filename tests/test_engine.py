@@ -91,10 +91,16 @@ def test_absp_harvests_straggler_and_reaches_optimum(client, big, workers):
     (p,) = straggler_partitions(h, slow)
     rows = h.rows.sel(partition=p).values
     quota = h.quota.sel(partition=p).values
-    bad = np.flatnonzero(~((rows > 0) & (rows < quota)))
-    assert (bad == 0).all(), f"rounds {bad} of {res.n_iter}: rows {rows[bad]}"
+    partial = (rows > 0) & (rows < quota)
+    # A task that starts after the round was stopped returns 0 rows at once, by design; on a
+    # quiet machine every task starts before the fastest one (~50 ms) finishes.
+    first_finish = h.task_stop.where(~h.harvested).min("partition").values
+    late = (rows == 0) & (h.task_start.sel(partition=p).values >= first_finish)
+    bad = np.flatnonzero(~(partial | late)[1:]) + 1
+    assert bad.size == 0, f"rounds {bad} of {res.n_iter}: rows {rows[bad]}"
+    assert partial[1:].mean() >= 0.8, rows
     assert h.harvested.sel(partition=p).values[1:].all()
-    assert h.counted.sel(partition=p).values[1:].all()
+    np.testing.assert_array_equal(h.counted.sel(partition=p).values[1:], rows[1:] > 0)
     # the straggler resumes where it stopped
     cur = h.cursor.sel(partition=p).values
     n_p = int(h.partition_size[p])
