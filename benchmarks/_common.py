@@ -23,7 +23,7 @@ import dask
 import dask.array as da
 import distributed
 import numpy as np
-from distributed import Client, LocalCluster, wait
+from distributed import Client, LocalCluster, futures_of, wait
 from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -194,12 +194,31 @@ def pin_chunks(client: Client, *arrays):
     with dask.annotate(workers=home):
         out = client.persist(list(arrays))
     wait(out)
-    for a in out:
-        homes = chunk_homes(client, a)
-        want = [addrs[i % len(addrs)] for i in range(a.numblocks[0])]
-        if homes != want:
-            raise RuntimeError(f"chunks not where they were pinned: {homes} != {want}")
+    check_homes(client, *out)
     return tuple(out)
+
+
+def gather_local(client: Client, *arrays) -> list[np.ndarray]:
+    """In-memory copies of persisted dask arrays, fetched chunk by chunk (``client.compute``
+    would concatenate them on one worker first, leaving a replica of every chunk there)."""
+    out = []
+    for a in arrays:
+        by_key = {f.key: f for f in futures_of(a)}
+        out.append(np.concatenate(client.gather([by_key[k] for k in
+                                                 dask.core.flatten(a.__dask_keys__())])))
+    return out
+
+
+def check_homes(client: Client, *arrays) -> None:
+    """Raise if chunk ``i`` of an array is not (only) on worker ``i % n_workers``."""
+    addrs = workers(client)
+    for a in arrays:
+        keys = list(dask.core.flatten(a.__dask_keys__()))
+        who = client.who_has(a)
+        want = [(addrs[i % len(addrs)],) for i in range(len(keys))]
+        got = [tuple(who.get(k) or ()) for k in keys]
+        if got != want:
+            raise RuntimeError(f"chunks not (only) where they were pinned: {got} != {want}")
 
 
 def chunk_homes(client: Client, X) -> list[str]:

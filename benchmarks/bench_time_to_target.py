@@ -25,6 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from _common import (
+    check_homes,
+    gather_local,
     load_note,
     local_cluster,
     logistic_data,
@@ -147,7 +149,8 @@ def main() -> None:
         t0 = time.perf_counter()
         Xd, yd = logistic_data(client, 4 * rows_per_part, args.features, 4, args.seed)
         placement = time.perf_counter() - t0
-        X, y = client.compute([Xd, yd], sync=True)
+        X, y = gather_local(client, Xd, yd)
+        check_homes(client, Xd, yd)
         t0 = time.perf_counter()
         fstar = optimum(program, X, y, args.C)
         t_opt = time.perf_counter() - t0
@@ -177,6 +180,7 @@ def main() -> None:
                     straggler_rows_fraction=(h.rows.values[:, 0]
                                              / h.partition_size.values[0]).tolist(),
                     compute_s=h.compute_seconds.values.tolist(),
+                    workers=h.worker.values.tolist(),
                     min_objective=float(np.min(rec["objective"])),
                 )
                 fits[m].append(rec)
@@ -199,8 +203,12 @@ def main() -> None:
     cost = ratio("absp-nostraggler", "bsp-nostraggler")
     bsp_round = summary([v for f in fits["bsp"] for v in f["round_s"][1:]])
     # How much slower the slowed worker really was: in BSP rounds (every partition scans all of
-    # its rows), partition 0's compute time over the fastest other partition's.
-    effective = summary([c[0] / min(c[1:]) for f in fits["bsp"] for c in f["compute_s"][1:]])
+    # its rows), its partition's compute time over the fastest other partition's.
+    slow_addr = next(iter(slow))
+    effective = summary([
+        max(t for t, w in zip(c, ws, strict=True) if w == slow_addr)
+        / min(t for t, w in zip(c, ws, strict=True) if w != slow_addr)
+        for f in fits["bsp"] for c, ws in zip(f["compute_s"][1:], f["workers"][1:], strict=True)])
     imbalance = summary([max(c) / min(c) for f in fits["bsp-nostraggler"]
                          for c in f["compute_s"][1:]])
     rows = []
@@ -240,7 +248,8 @@ def main() -> None:
           "rows processed per round; rounds to 1%: per repeat ('-': not reached).")
     out = {
         "n_rows": 4 * rows_per_part, "n_features": args.features, "C": args.C,
-        "slow": args.slow, "repeats": repeats, "optimum": fstar, "optimum_seconds": t_opt,
+        "slow": args.slow, "slow_worker": slow_addr, "repeats": repeats,
+        "optimum": fstar, "optimum_seconds": t_opt,
         "placement_seconds": placement, "tolerance": TOLERANCE,
         "speedup_bsp_over_absp": speedup, "absp_over_bsp_no_straggler": cost,
         "bsp_round_s": bsp_round, "effective_slowdown": effective,
