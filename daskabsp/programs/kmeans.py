@@ -106,7 +106,8 @@ class LloydKMeans(Program):
         acc[2] += mind @ s
         acc[_HEAD:_HEAD + k] += np.bincount(labels, weights=s, minlength=k)
         onehot = sp.csr_matrix((s, (labels, np.arange(n))), shape=(k, n))
-        acc[_HEAD + k:] += np.asarray(onehot @ X).ravel()
+        sums = onehot @ X
+        acc[_HEAD + k:] += (sums.toarray() if sp.issparse(sums) else np.asarray(sums)).ravel()
 
     def combine_round(self, parts: list[PartitionStats], params) -> RoundStats:
         return RoundStats.of(parts, self.new_stats(params))

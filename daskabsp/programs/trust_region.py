@@ -15,12 +15,36 @@ is known one round later, and a rejected step costs one round.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 import numpy as np
 import scipy.linalg
+from threadpoolctl import ThreadpoolController
+
+_BLAS = ThreadpoolController()
+F = TypeVar("F", bound=Callable[..., Any])
 
 
+def one_blas_thread(func: F) -> F:
+    """Run ``func`` with a single BLAS thread.
+
+    The driver's linear algebra usually shares the machine with busy workers: there a
+    multi-threaded factorisation of a few hundred rows spins for up to a second instead of
+    taking milliseconds (measured on 2 cores, 0.7 s against 4 ms for 650 rows).
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        with _BLAS.limit(limits=1, user_api="blas"):
+            return func(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@one_blas_thread
 def newton_direction(g: np.ndarray, H: np.ndarray) -> np.ndarray:
     """Solve ``H s = -g``; ``H`` symmetric positive semi-definite.
 
