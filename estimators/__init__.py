@@ -1,0 +1,15 @@
+"""scikit-learn estimators whose fits run on the daskabsp engine.
+
+Swap ``from sklearn.linear_model import LogisticRegression`` for
+``from daskabsp.estimators import LogisticRegression``: parameters, fitted attributes and
+methods follow scikit-learn's, and every estimator also takes the engine's options (``sync``,
+``n_partitions``, ``quota``, ``chunk_target``). Fits use the current Dask client, or start an
+embedded ``LocalCluster``.
+"""
+
+from ._kmeans import KMeans
+from ._logistic import LogisticRegression
+from ._ridge import Ridge
+from ._svm import LinearSVC
+
+__all__ = ["KMeans", "LinearSVC", "LogisticRegression", "Ridge"]

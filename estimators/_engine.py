@@ -1,0 +1,79 @@
+"""What every estimator shares: the engine options, running a fit, tags, the fit record."""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+import daskabsp
+from daskabsp import BSP
+from daskabsp.cluster import get_client
+
+from ._inputs import FitInput
+
+#: A partition holds at least this many rows per model parameter (and at least
+#: ``daskabsp.min-partition-rows``): a sub-sampled Newton step over a straggler's share of a
+#: round is only useful when the rows processed outnumber the parameters well.
+ROWS_PER_PARAMETER = 10
+
+
+class EngineMixin:
+    """Engine options shared by the estimators (see each estimator's docstring).
+
+    Subclasses define ``sync``, ``n_partitions``, ``quota`` and ``chunk_target`` in their
+    ``__init__``.
+    """
+
+    def _sync_is_bsp(self) -> bool:
+        return self.sync == "bsp" or isinstance(self.sync, BSP)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # Under A-BSP the rows a round sees depend on timing, so results do too (within the
+        # tolerance); under BSP a fit is a deterministic function of the data.
+        tags.non_deterministic = not self._sync_is_bsp()
+        tags.input_tags.sparse = True
+        return tags
+
+    def _n_partitions(self, data: FitInput, n_params: int) -> int | None:
+        n = data.n_samples
+        if self.n_partitions is not None:
+            return min(int(self.n_partitions), n) if not data.lazy else self.n_partitions
+        if data.lazy:
+            return None  # the dask array's row chunks are the partitions
+        client = get_client()
+        threads = sum(client.nthreads().values()) or 1
+        min_rows = int(daskabsp._config.get("min-partition-rows"))
+        rows = max(min_rows, ROWS_PER_PARAMETER * n_params)
+        return max(1, min(threads, n // rows))
+
+    def _run_engine(self, program, data: FitInput, y, sample_weight, *, max_iter: int,
+                    n_params: int) -> daskabsp.FitResult:
+        res = daskabsp.fit(
+            program, data.X, y, sample_weight=sample_weight, sync=self.sync,
+            max_iter=max_iter, tol=None, n_partitions=self._n_partitions(data, n_params),
+            quota=self.quota, chunk_target=self.chunk_target,
+        )
+        if inspect.isawaitable(res):
+            res.close()
+            raise TypeError(
+                f"{type(self).__name__}.fit needs a synchronous dask client; the current "
+                "client is asynchronous. Call daskabsp.fit with the programs in "
+                "daskabsp.programs from async code instead."
+            )
+        self.history_ = res.history
+        if not res.converged:
+            warnings.warn(
+                f"{type(self).__name__} did not converge in {res.n_iter} rounds "
+                f"(max_iter={max_iter}). Consider increasing max_iter, or using "
+                "sync='bsp' if the rounds see too few rows to settle.",
+                ConvergenceWarning, stacklevel=3,
+            )
+        return res
+
+
+def as_float_array(a) -> np.ndarray:
+    return np.asarray(a, dtype=np.float64)

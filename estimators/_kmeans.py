@@ -1,0 +1,318 @@
+"""K-means clustering fitted on the daskabsp engine."""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+
+import dask
+import dask.array as da
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+from sklearn.utils import check_array, check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from daskabsp.cluster import get_client
+from daskabsp.programs import LloydKMeans
+from daskabsp.programs.kmeans import squared_distances
+
+from ._engine import EngineMixin
+from ._inputs import FitInput, map_rows, validate_fit, validate_predict
+from ._kmeans_init import kmeans_parallel
+from ._validation import (
+    ARRAY_LIKE,
+    ENGINE_CONSTRAINTS,
+    NONE,
+    RANDOM_STATE,
+    Interval,
+    Options,
+    check_sample_weight,
+    validate_params,
+)
+
+#: Local k-means++ restarts over the k-means|| candidates for ``n_init="auto"``.
+AUTO_N_INIT = 10
+#: k-means|| sampling rounds for ``init_max_iter=None``.
+DEFAULT_INIT_ROUNDS = 5
+
+
+def _labels(X, centers):
+    return squared_distances(X, centers).argmin(axis=1).astype(np.int32)
+
+
+def _distances(X, centers):
+    return np.sqrt(squared_distances(X, centers))
+
+
+def _inertia(X, w, centers):
+    d = squared_distances(X, centers).min(axis=1)
+    return np.array([d.sum() if w is None else d @ w])
+
+
+def _inertia_total(Xd, wd, centers) -> float:
+    """The (weighted) inertia of dask rows ``Xd`` with ``centers``, block by block."""
+    blocks = list(Xd.to_delayed().ravel())
+    weights = list(wd.to_delayed().ravel()) if wd is not None else [None] * len(blocks)
+    f = dask.delayed(_inertia, pure=True)
+    return float(np.sum(dask.compute(*[f(b, w, centers)
+                                       for b, w in zip(blocks, weights, strict=True)])))
+
+
+def _mean_variance(X) -> float:
+    """Mean of the features' variances (scikit-learn's scale for ``tol``)."""
+    if sp.issparse(X):
+        mean = np.asarray(X.mean(axis=0)).ravel()
+        sq = np.asarray(X.multiply(X).mean(axis=0)).ravel()
+        return float(np.mean(sq - mean**2))
+    return float(np.mean(np.var(X, axis=0)))
+
+
+class KMeans(TransformerMixin, ClusterMixin, EngineMixin, BaseEstimator):
+    """K-means clustering whose Lloyd iterations run on a Dask cluster (A-BSP by default).
+
+    A drop-in for :class:`sklearn.cluster.KMeans` (Lloyd's algorithm). Each round, every
+    partition assigns the rows it scans to their nearest center and returns the per-cluster
+    sums and counts; the new centers are the means (see
+    :class:`daskabsp.programs.LloydKMeans` for how partial rounds are combined so that the
+    fixed point is Lloyd's on all the rows). ``labels_`` and ``inertia_`` come from one more
+    pass over all rows with the final centers.
+
+    ``init="k-means++"`` runs the scalable k-means|| over the partitions (a few passes with
+    Dask, waiting for every partition), then k-means++ on the weighted candidates locally;
+    ``n_init`` is the number of those local restarts (the Lloyd iterations run once).
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+        Number of clusters.
+    init : {"k-means++", "random"} or array-like of shape (n_clusters, n_features), \
+default="k-means++"
+        Initial centers: k-means|| (scalable k-means++), distinct rows drawn at random, or
+        the given centers.
+    n_init : "auto" or int, default="auto"
+        Local k-means++ restarts over the k-means|| candidates ("auto": 10); with
+        ``init="random"``, draws of which the one with the lowest inertia over the data is
+        kept (one pass each, "auto": 1).
+    max_iter : int, default=300
+        Maximum number of Lloyd rounds.
+    tol : float, default=1e-4
+        Converged when the squared Frobenius norm of the change of the centers, divided by
+        the mean variance of the features, is at most ``tol`` (scikit-learn's rule), on
+        statistics covering every row once.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the initialisation.
+    oversampling_factor : float, default=2.0
+        k-means|| candidates drawn per round and per cluster.
+    init_max_iter : int, default=None
+        k-means|| sampling rounds (None: 5).
+    sync, n_partitions, quota, chunk_target
+        Engine options, see :class:`~daskabsp.estimators.LogisticRegression`. Default
+        partitions: one per worker thread, each with at least ``daskabsp.min-partition-rows``
+        rows.
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+    labels_ : ndarray or dask array of shape (n_samples,)
+        Nearest center of each training row (a lazy dask array for dask input).
+    inertia_ : float
+        Sum of the (weighted) squared distances of the rows to their nearest center.
+    n_iter_ : int
+        Lloyd rounds run.
+    n_features_in_ : int
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+    history_ : xarray.Dataset
+        The engine's record of the Lloyd rounds.
+    """
+
+    _parameter_constraints: dict = {
+        "n_clusters": [Interval(Integral, 1, None, "left")],
+        "init": [Options(str, frozenset({"k-means++", "random"})), ARRAY_LIKE],
+        "n_init": [Options(str, frozenset({"auto"})), Interval(Integral, 1, None, "left")],
+        "max_iter": [Interval(Integral, 1, None, "left")],
+        "tol": [Interval(Real, 0, None, "left")],
+        "random_state": [RANDOM_STATE],
+        "oversampling_factor": [Interval(Real, 0, None, "neither")],
+        "init_max_iter": [Interval(Integral, 1, None, "left"), NONE],
+        **ENGINE_CONSTRAINTS,
+    }
+
+    def __init__(self, n_clusters=8, *, init="k-means++", n_init="auto", max_iter=300,
+                 tol=1e-4, random_state=None, oversampling_factor=2.0, init_max_iter=None,
+                 sync="absp", n_partitions=None, quota=None, chunk_target=None):
+        self.n_clusters = n_clusters
+        self.init = init
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+        self.oversampling_factor = oversampling_factor
+        self.init_max_iter = init_max_iter
+        self.sync = sync
+        self.n_partitions = n_partitions
+        self.quota = quota
+        self.chunk_target = chunk_target
+
+    # -- fit ----------------------------------------------------------------------------------
+
+    def _placed(self, data: FitInput, client):
+        """The rows (and weights) as a persisted dask array, one row chunk per partition."""
+        if data.lazy:
+            X, w = data.X, data.sample_weight
+            if self.n_partitions is not None:
+                X = X.rechunk({0: -(-X.shape[0] // self.n_partitions)})
+                w = None if w is None else w.rechunk((X.chunks[0],))
+        else:
+            P = self._n_partitions(data, 0)
+            n = data.n_samples
+            q, r = divmod(n, P)
+            rows = tuple(q + (i < r) for i in range(P))
+            X = da.from_array(data.X, chunks=(rows, data.X.shape[1]),
+                              asarray=not sp.issparse(data.X))
+            w = None if data.sample_weight is None else da.from_array(
+                data.sample_weight, chunks=(rows,))
+        X, w = client.persist([X, w]) if w is not None else (client.persist(X), None)
+        return X, w
+
+    def _given_centers(self, n_features: int) -> np.ndarray | None:
+        """The ``init`` array, checked against the data (None for a named method)."""
+        if isinstance(self.init, str):
+            return None
+        C = check_array(self.init, dtype=np.float64)
+        k = self.n_clusters
+        if C.shape[0] != k:
+            raise ValueError(f"The shape of the initial centers {C.shape} does not match the "
+                             f"number of clusters {k}.")
+        if C.shape[1] != n_features:
+            raise ValueError(f"The shape of the initial centers {C.shape} does not match the "
+                             f"number of features of the data {n_features}.")
+        return C
+
+    def _initial_centers(self, X, w, rng) -> np.ndarray:
+        k, n = self.n_clusters, X.shape[0]
+        if self.init == "k-means++":
+            rounds = self.init_max_iter or DEFAULT_INIT_ROUNDS
+            n_local = AUTO_N_INIT if self.n_init == "auto" else self.n_init
+            return kmeans_parallel(X, w, k, oversampling_factor=self.oversampling_factor,
+                                   rounds=rounds, n_local_init=n_local, rng=rng)
+        # "random": distinct rows; with several draws, the one of lowest inertia
+        draws = 1 if self.n_init == "auto" else self.n_init
+        best, best_cost = None, np.inf
+        for _ in range(draws):
+            rows = X[np.sort(rng.choice(n, size=k, replace=False))].compute()
+            C = rows.toarray() if sp.issparse(rows) else np.asarray(rows, dtype=float)
+            cost = _inertia_total(X, w, C) if draws > 1 else 0.0
+            if cost < best_cost:
+                best, best_cost = C, cost
+        return best
+
+    def fit(self, X, y=None, sample_weight=None):
+        """Compute the k-means clustering on a Dask cluster.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, dask array, dask DataFrame, DataArray} of shape \
+(n_samples, n_features)
+            Training rows.
+        y : Ignored
+            Not used, present for API consistency.
+        sample_weight : array-like or dask array of shape (n_samples,), default=None
+            Row weights.
+
+        Returns
+        -------
+        self : object
+        """
+        validate_params(self, self._parameter_constraints)
+        data = validate_fit(self, X, None, sample_weight=sample_weight, needs_y=False)
+        n, d = data.X.shape
+        if n < self.n_clusters:
+            raise ValueError(f"n_samples={n} should be >= n_clusters={self.n_clusters}.")
+        given = self._given_centers(d)
+        rng = check_random_state(self.random_state)
+        client = get_client()
+        Xd, wd = self._placed(data, client)
+        scale = (_mean_variance(data.X) if not data.lazy
+                 else float(da.var(Xd, axis=0).mean().compute()))
+        C0 = given if given is not None else self._initial_centers(Xd, wd, rng)
+        program = LloydKMeans(initial_centers=C0, tol=self.tol * scale)
+        placed = FitInput(Xd, None, wd, True)
+        res = self._run_engine(program, placed, None, wd, max_iter=self.max_iter,
+                               n_params=C0.size)
+        centers = res.state.centers
+        self.cluster_centers_ = centers
+        self.n_iter_ = int(res.n_iter)
+        if data.lazy:
+            self.labels_ = map_rows(data.X, lambda b, c=centers: _labels(b, c), n_out=None,
+                                    dtype=np.int32)
+            self.inertia_ = _inertia_total(Xd, wd, centers)
+        else:
+            D = squared_distances(data.X, centers)
+            self.labels_ = D.argmin(axis=1).astype(np.int32)
+            mind = D[np.arange(n), self.labels_]
+            sw = data.sample_weight
+            self.inertia_ = float(mind.sum() if sw is None else mind @ sw)
+        return self
+
+    # -- use ----------------------------------------------------------------------------------
+
+    def _apply(self, X, func, n_out, dtype):
+        check_is_fitted(self)
+        X, lazy = validate_predict(self, X)
+        c = self.cluster_centers_
+        if lazy:
+            return map_rows(X, lambda b: func(b, c), n_out=n_out, dtype=dtype)
+        return func(X, c)
+
+    def predict(self, X):
+        """Index of the nearest center of each row.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, dask array, DataArray} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray or dask array of shape (n_samples,)
+            A dask array (lazy) when ``X`` is dask-backed.
+        """
+        return self._apply(X, _labels, None, np.int32)
+
+    def transform(self, X):
+        """Distances of each row to every center.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, dask array, DataArray} of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray or dask array of shape (n_samples, n_clusters)
+        """
+        check_is_fitted(self)
+        return self._apply(X, _distances, self.n_clusters, np.float64)
+
+    def score(self, X, y=None, sample_weight=None):
+        """Opposite of the inertia of ``X`` with the fitted centers.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, dask array, DataArray} of shape (n_samples, n_features)
+        y : Ignored
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        float
+        """
+        check_is_fitted(self)
+        Xv, lazy = validate_predict(self, X)
+        c = self.cluster_centers_
+        if lazy:
+            w = None
+            if sample_weight is not None:
+                w = da.asarray(sample_weight).rechunk((Xv.chunks[0],))
+            return -_inertia_total(Xv, w, c)
+        sw = None if sample_weight is None else check_sample_weight(sample_weight,
+                                                                     Xv.shape[0])
+        return -float(_inertia(Xv, sw, c)[0])

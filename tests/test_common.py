@@ -1,0 +1,54 @@
+"""scikit-learn's estimator checks over every estimator, under BSP and under A-BSP."""
+
+from __future__ import annotations
+
+import pytest
+from daskabsp.estimators import KMeans, LinearSVC, LogisticRegression, Ridge
+from distributed import Client, LocalCluster
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+ESTIMATORS = [
+    LogisticRegression(),
+    LinearSVC(),
+    LinearSVC(loss="hinge"),
+    Ridge(),
+    KMeans(n_clusters=3, n_init=2),
+]
+
+#: Checks that fail by design, with the reason a user would accept.
+_KMEANS_WEIGHTS = (
+    "k-means|| draws its initial candidates at random, row by row: a row of weight 2 is as "
+    "likely to be drawn as the same row repeated twice, but the draws themselves differ, so "
+    "the clusters can come out in another order (here they are the same clusters, numbered "
+    "differently)"
+)
+EXPECTED_FAILURES: dict[str, dict[str, str]] = {
+    "KMeans": {
+        "check_sample_weight_equivalence_on_dense_data": _KMEANS_WEIGHTS,
+        "check_sample_weight_equivalence_on_sparse_data": _KMEANS_WEIGHTS,
+    },
+}
+
+
+def _instances():
+    for est in ESTIMATORS:
+        for sync in ("bsp", "absp"):
+            yield type(est)(**{**est.get_params(), "sync": sync})
+
+
+def _expected_failed_checks(estimator) -> dict[str, str]:
+    return EXPECTED_FAILURES.get(type(estimator).__name__, {})
+
+
+@pytest.fixture(scope="module", autouse=True)
+def checks_client():
+    """A small in-process cluster: the checks fit hundreds of tiny models, where a round's
+    cost is Dask's per-task overhead, far lower without inter-process messages."""
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        yield client
+
+
+@parametrize_with_checks(list(_instances()), expected_failed_checks=_expected_failed_checks)
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
