@@ -151,7 +151,7 @@ def main() -> None:
             "absp_breakdown_s": dict(zip(("stop_delivery", "to_task_end", "result_delivery"),
                                          parts, strict=True)),
             "bsp_wait_s": s_bsp, "ratio_bsp_wait_over_absp_latency": s_ratio,
-            "straggler_rows_fraction_median": straggler_frac,
+            "straggler_rows_fraction_mean": straggler_frac,
             "chunk_homes": homes[P], "fits": {"absp": a_fits, "bsp": b_fits},
         }
 
