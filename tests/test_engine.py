@@ -92,14 +92,18 @@ def test_absp_harvests_straggler_and_reaches_optimum(client, big, workers):
     rows = h.rows.sel(partition=p).values
     quota = h.quota.sel(partition=p).values
     partial = (rows > 0) & (rows < quota)
-    # A task that starts after the round was stopped returns 0 rows at once, by design; on a
-    # quiet machine every task starts before the fastest one (~50 ms) finishes.
+    # A task that starts after the round was stopped returns 0 rows at once, by design, and a
+    # partition that finishes its quota before the stop reaches it is simply not stopped. On a
+    # quiet machine neither happens to the 8x straggler; under heavy outside load both can.
     first_finish = h.task_stop.where(~h.harvested).min("partition").values
-    late = (rows == 0) & (h.task_start.sel(partition=p).values >= first_finish)
-    bad = np.flatnonzero(~(partial | late)[1:]) + 1
+    start, stop = (h[v].sel(partition=p).values for v in ("task_start", "task_stop"))
+    late = (rows == 0) & (start >= first_finish)
+    in_time = (rows == quota) & (stop - first_finish < 0.25)
+    bad = np.flatnonzero(~(partial | late | in_time)[1:]) + 1
     assert bad.size == 0, f"rounds {bad} of {res.n_iter}: rows {rows[bad]}"
     assert partial[1:].mean() >= 0.8, rows
-    assert h.harvested.sel(partition=p).values[1:].all()
+    stopped = ~in_time[1:]
+    assert h.harvested.sel(partition=p).values[1:][stopped].all()
     np.testing.assert_array_equal(h.counted.sel(partition=p).values[1:], rows[1:] > 0)
     # the straggler resumes where it stopped
     cur = h.cursor.sel(partition=p).values
