@@ -11,5 +11,6 @@ from ._kmeans import KMeans
 from ._logistic import LogisticRegression
 from ._ridge import Ridge
 from ._svm import LinearSVC
+from ._validation import InvalidParameterError
 
-__all__ = ["KMeans", "LinearSVC", "LogisticRegression", "Ridge"]
+__all__ = ["InvalidParameterError", "KMeans", "LinearSVC", "LogisticRegression", "Ridge"]

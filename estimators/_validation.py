@@ -66,7 +66,8 @@ class Options:
 
     def __str__(self) -> str:
         name = {str: "str", bool: "bool"}.get(self.kind, self.kind.__name__)
-        return f"a {name} among {set(sorted(self.values, key=str))}"
+        listed = ", ".join(repr(v) for v in sorted(self.values, key=str))
+        return f"a {name} among {{{listed}}}"
 
 
 @dataclass(frozen=True)

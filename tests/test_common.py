@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from daskabsp.estimators import KMeans, LinearSVC, LogisticRegression, Ridge
 from distributed import Client, LocalCluster
 from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from daskabsp.estimators import KMeans, LinearSVC, LogisticRegression, Ridge
 
 ESTIMATORS = [
     LogisticRegression(),

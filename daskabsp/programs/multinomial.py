@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.linalg.blas import dsyrk
 from scipy.special import logsumexp
 
+from .base import PartitionStats
 from .curvature import Curvature
+from .cycles import RoundStats
 from .newton import NewtonProgram, NewtonState
 
 
@@ -133,7 +136,28 @@ class MultinomialNewton(NewtonProgram):
             H[k * p:(k + 1) * p, k * p:(k + 1) * p] += Xt.T @ (Xt * sP[:, k:k + 1])
         R = (np.sqrt(s)[:, None] * P)[:, :, None] * Xt[:, None, :]
         R = R.reshape(n, K * p)
-        H -= R.T @ R
+        # H -= R^T R, in place and on one triangle only (half the work of the dominant
+        # term); combine_round restores the symmetry.
+        dsyrk(-1.0, R.T, beta=1.0, c=H.T, trans=0, lower=0, overwrite_c=1)
+
+    def _symmetrised(self, stats: np.ndarray | None, theta: np.ndarray) -> np.ndarray | None:
+        """Statistics with the Hessian's lower triangle mirrored (see ``accumulate``)."""
+        if stats is None or self.curvature(theta.shape[1]).kind != "full":
+            return stats
+        out = stats.copy()
+        ((_l, _s, _r, _g, hess),) = self.block_views(out, theta)
+        m = theta.shape[1]
+        H = hess.reshape(m, m)
+        upper = np.triu_indices(m, 1)
+        H[upper] = H.T[upper]
+        return out
+
+    def combine_round(self, parts: list[PartitionStats], params) -> RoundStats:
+        theta = params[0]
+        fixed = [replace(p, stats=self._symmetrised(p.stats, theta),
+                         stats_before_wrap=self._symmetrised(p.stats_before_wrap, theta))
+                 for p in parts]
+        return super().combine_round(fixed, params)
 
     def coefficients(self, state: NewtonState) -> np.ndarray:
         return state.theta[0].reshape(self.n_classes, -1)
