@@ -131,10 +131,10 @@ class NewtonProgram(Program):
     quadratic: ClassVar[bool] = False
     #: Whether the loss is smoothed with a width that is driven to zero (continuation).
     smoothed: ClassVar[bool] = False
-    #: Smoothing width of the first stage (wide enough that at zero parameters every row is
-    #: in the quadratic zone), the smallest one, and the factor it shrinks by per stage.
+    #: Smoothing width of the first stage, the smallest one, and the factor it shrinks by per
+    #: stage (smoothed losses only).
     start_width: ClassVar[float] = 1.0
-    min_width: ClassVar[float] = 1e-3
+    min_width: ClassVar[float] = 3e-4
     width_factor: ClassVar[float] = 10.0
 
     l2: float = 1.0
