@@ -109,7 +109,8 @@ def test_feature_names_are_checked_at_predict(client, clf_data):
     with pytest.warns(UserWarning, match="X does not have valid feature names"):
         est.predict(X)
     with pytest.raises(ValueError, match="X has 3 features, but LogisticRegression is "
-                                         "expecting 6 features as input"):
+                                         "expecting 6 features as input"), \
+            pytest.warns(UserWarning, match="X does not have valid feature names"):
         est.predict(da.from_array(X[:, :3]))
 
 
