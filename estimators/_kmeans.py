@@ -231,21 +231,25 @@ default="k-means++"
         given = self._given_centers(d)
         rng = check_random_state(self.random_state)
         client = get_client()
-        Xd, wd = self._placed(data, client)
-        scale = (_mean_variance(data.X) if not data.lazy
-                 else float(da.var(Xd, axis=0).mean().compute()))
-        C0 = given if given is not None else self._initial_centers(Xd, wd, rng)
-        program = LloydKMeans(initial_centers=C0, tol=self.tol * scale)
-        placed = FitInput(Xd, None, wd, True)
-        res = self._run_engine(program, placed, None, wd, max_iter=self.max_iter,
-                               n_params=C0.size)
-        centers = res.state.centers
+        # The initialisation's dask computations must run where the rows were persisted,
+        # also when that is the engine's embedded cluster rather than the default client.
+        with client.as_current():
+            Xd, wd = self._placed(data, client)
+            scale = (_mean_variance(data.X) if not data.lazy
+                     else float(da.var(Xd, axis=0).mean().compute()))
+            C0 = given if given is not None else self._initial_centers(Xd, wd, rng)
+            program = LloydKMeans(initial_centers=C0, tol=self.tol * scale)
+            placed = FitInput(Xd, None, wd, True)
+            res = self._run_engine(program, placed, None, wd, max_iter=self.max_iter,
+                                   n_params=C0.size)
+            centers = res.state.centers
+            if data.lazy:
+                self.inertia_ = _inertia_total(Xd, wd, centers)
         self.cluster_centers_ = centers
         self.n_iter_ = int(res.n_iter)
         if data.lazy:
             self.labels_ = map_rows(data.X, lambda b, c=centers: _labels(b, c), n_out=None,
                                     dtype=np.int32)
-            self.inertia_ = _inertia_total(Xd, wd, centers)
         else:
             D = squared_distances(data.X, centers)
             self.labels_ = D.argmin(axis=1).astype(np.int32)

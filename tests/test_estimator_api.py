@@ -256,3 +256,22 @@ def test_wheel_installs_daskabsp_estimators(tmp_path):
     assert out[0].startswith(str(venv)) and out[1].startswith(str(venv)), out
     assert out[1].endswith(os.path.join("daskabsp", "estimators", "__init__.py"))
     assert out[2] == "LogisticRegression()"
+
+
+def test_fits_without_a_client_use_the_embedded_cluster(tmp_path):
+    """With no client in the process, the first fit starts the engine's embedded cluster; the
+    estimators' own dask work (k-means||, dask-input checks) must run there too."""
+    code = """
+import numpy as np, dask.array as da
+from sklearn.datasets import make_blobs
+from daskabsp.estimators import KMeans, LogisticRegression
+X, y = make_blobs(3000, 4, centers=3, random_state=0)
+km = KMeans(3, random_state=0).fit(X)
+lr = LogisticRegression().fit(da.from_array(X, chunks=1000), da.from_array(y, chunks=1000))
+print(round(km.inertia_, 6) > 0, lr.score(X, y) > 0.9)
+"""
+    env = {k: v for k, v in os.environ.items() if k != "DASK_SCHEDULER_ADDRESS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=tmp_path, env=env, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "True"]
