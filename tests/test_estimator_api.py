@@ -246,8 +246,10 @@ def test_wheel_installs_daskabsp_estimators(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
                    check=True)
     py = venv / "bin" / "python"
+    # --ignore-installed: with the checkout also installed in the parent interpreter (as in
+    # CI), pip would call the same version "already satisfied" and install nothing here.
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                    str(wheel)], check=True)
+                    "--ignore-installed", str(wheel)], check=True)
     code = ("import daskabsp, daskabsp.estimators as e; "
             "print(daskabsp.__file__); print(e.__file__); print(e.LogisticRegression())")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
