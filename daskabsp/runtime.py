@@ -142,20 +142,27 @@ def run_partition(
     c0 = perf_counter()
 
     if chunk_rows is None and quota > 0 and not is_set():
-        # Calibration: one probe chunk, timed, sizes the rest.
+        # Calibration: a timed probe chunk sizes the rest. A probe far shorter than the
+        # target mostly measures fixed per-chunk costs (a sparse row view, call overheads)
+        # and would size chunks too small, so one chunk of the estimated size is timed too.
         target = chunk_target if chunk_target is not None else _config.seconds("chunk-target")
-        stop = min(pos + int(_config.get("probe-rows")), n, pos + quota)
-        t0 = perf_counter()
-        accumulate(acc, params, _rows(X, pos, stop), _rows(y, pos, stop),
-                   _rows(sample_weight, pos, stop))
-        if extra > 0:
-            sleep(extra * (perf_counter() - t0))
-        elapsed = perf_counter() - t0
-        chunk_rows = max(1, int((stop - pos) * target / max(elapsed, 1e-7)))
-        done = stop - pos
-        pos = stop if stop < n else 0
-        if split and pos == 0:
-            head = acc.copy()
+        size = int(_config.get("probe-rows"))
+        for _ in range(2):
+            stop = min(pos + size, n, pos + quota - done)
+            t0 = perf_counter()
+            accumulate(acc, params, _rows(X, pos, stop), _rows(y, pos, stop),
+                       _rows(sample_weight, pos, stop))
+            if extra > 0:
+                sleep(extra * (perf_counter() - t0))
+            elapsed = perf_counter() - t0
+            size = max(1, int((stop - pos) * target / max(elapsed, 1e-7)))
+            done += stop - pos
+            pos = stop if stop < n else 0
+            if split and pos == 0:
+                head = acc.copy()
+            if elapsed >= target / 4 or done >= quota or is_set():
+                break
+        chunk_rows = size
     step = chunk_rows or 1  # calibration is skipped only when nothing is to be scanned
 
     # The hot loop: no locks, no I/O, no allocation beyond the program's own temporaries.

@@ -136,7 +136,9 @@ def test_quorum_n_matches_bsp(client, data):
     kw = dict(max_iter=10, tol=None, n_partitions=4, record_params=True)
     a = fit(LogisticGD(C=C), X, y, sync=BSP(), **kw)
     b = fit(LogisticGD(C=C), X, y, sync=ABSP(quorum=4), **kw)
-    np.testing.assert_allclose(b.history.params.values, a.history.params.values, rtol=1e-12)
+    # Chunk sizes come from measured speed, so the two fits may sum their rows in other
+    # chunks: equal up to rounding, not bit for bit.
+    np.testing.assert_allclose(b.history.params.values, a.history.params.values, rtol=1e-10)
     assert not b.history.harvested.any()
 
 
