@@ -142,12 +142,12 @@ def run_partition(
     c0 = perf_counter()
 
     if chunk_rows is None and quota > 0 and not is_set():
-        # Calibration: a timed probe chunk sizes the rest. A probe far shorter than the
-        # target mostly measures fixed per-chunk costs (a sparse row view, call overheads)
-        # and would size chunks too small, so one chunk of the estimated size is timed too.
+        # Calibration: a timed probe chunk sizes the rest. On CSR a probe far shorter than
+        # the target mostly measures fixed per-chunk costs (building the row view) and would
+        # size chunks ~3x too small, so one chunk of the estimated size is timed too.
         target = chunk_target if chunk_target is not None else _config.seconds("chunk-target")
         size = int(_config.get("probe-rows"))
-        for _ in range(2):
+        for _ in range(2 if sp.issparse(X) else 1):
             stop = min(pos + size, n, pos + quota - done)
             t0 = perf_counter()
             accumulate(acc, params, _rows(X, pos, stop), _rows(y, pos, stop),
