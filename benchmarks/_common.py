@@ -8,6 +8,7 @@ ratio with its spread (median and interquartile range over the paired repeats), 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -40,6 +41,10 @@ def parse_args(description: str, add=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="random seed of the data")
     p.add_argument("--out", type=Path, default=None,
                    help="JSON output file (default: benchmarks/results/<name>[-quick].json)")
+    p.add_argument("--event-loop", choices=("uvloop", "tornado", "asyncio"),
+                   default="uvloop" if importlib.util.find_spec("uvloop") else "tornado",
+                   help="the cluster's event loop (distributed.admin.event-loop; default: "
+                        "uvloop when installed, as daskabsp's embedded cluster uses)")
     if add is not None:
         add(p)
     return p.parse_args()
@@ -72,7 +77,8 @@ def write_json(name: str, args: argparse.Namespace, payload: dict) -> Path:
     """Write ``payload`` (plus the environment) to the benchmark's JSON file; return its path."""
     path = args.out or RESULTS / f"{name}{'-quick' if args.quick else ''}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"benchmark": name, "quick": args.quick, "environment": environment(), **payload}
+    doc = {"benchmark": name, "quick": args.quick, "event_loop": args.event_loop,
+           "environment": environment(), **payload}
     path.write_text(json.dumps(doc, indent=1, default=_jsonable))
     return path
 
@@ -141,13 +147,27 @@ def spread(s: dict, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
 
 
 @contextmanager
-def local_cluster(n_workers: int = 4, threads_per_worker: int = 1) -> Iterator[Client]:
-    """A LocalCluster of worker processes (as the tests use) and a client on it."""
-    with LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
-                      processes=True, dashboard_address=":0", memory_limit="4GiB") as cluster, \
+def local_cluster(n_workers: int = 4, threads_per_worker: int = 1,
+                  event_loop: str | None = None) -> Iterator[Client]:
+    """A LocalCluster of worker processes (as the tests use) and a client on it, running the
+    ``event_loop`` (``distributed.admin.event-loop``; default: Dask's setting)."""
+    loop = {"distributed.admin.event-loop": event_loop} if event_loop else {}
+    with dask.config.set(loop), \
+            LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
+                         processes=True, dashboard_address=":0", memory_limit="4GiB") as cluster, \
             Client(cluster) as client:
         client.wait_for_workers(n_workers)
+        if event_loop == "uvloop":
+            running = {*client.run(_loop_module).values(), client.run_on_scheduler(_loop_module)}
+            if running != {"uvloop"}:
+                raise RuntimeError(f"asked for uvloop, the cluster runs {sorted(running)}")
         yield client
+
+
+def _loop_module() -> str:
+    import asyncio
+
+    return type(asyncio.get_running_loop()).__module__.split(".")[0]
 
 
 def workers(client: Client) -> list[str]:
@@ -233,6 +253,35 @@ def noop(X, y, params):
     logistic program's statistics. It lives in an importable module (the workers share the
     driver's ``sys.path``), so it is pickled by reference, as the engine's task function is."""
     return np.zeros(params.shape[0] + 2)
+
+
+# -- Dask's own floor for the harvest: the round's shape with no computing at all -----------
+
+
+def floor_first(rid: str, seconds: float) -> int:
+    """The round's first finisher: waits ``seconds`` (while the others start), then returns."""
+    time.sleep(seconds)
+    return 1
+
+
+def floor_running(rid: str) -> int:
+    """A task in flight: blocks on its round's stop flag and returns the moment it is set (a
+    straggler with no chunk left to finish)."""
+    return 2 if _stop_flag(rid).wait(30) else -1
+
+
+def floor_queued(rid: str) -> int:
+    """A task queued behind another on its worker: returns at once (as an engine task that
+    starts after the stop does)."""
+    return 3 if _stop_flag(rid).is_set() else -1
+
+
+def _stop_flag(rid: str):
+    from distributed import get_worker
+
+    from daskabsp.runtime import EXTENSION
+
+    return get_worker().extensions[EXTENSION].flag(rid)
 
 
 def warm_up(client: Client) -> None:

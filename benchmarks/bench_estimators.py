@@ -334,7 +334,7 @@ def main() -> None:
     load0 = __import__("os").getloadavg()[0]
     out: dict = {"target": TARGET, "repeats": repeats, "slow": args.slow}
     texts, verdicts = [], []
-    with local_cluster(4, 1) as client:
+    with local_cluster(4, 1, args.event_loop) as client:
         warm_up(client)
         slow_addr = workers(client)[0]
         lr = run_logistic(client, args, slow_addr, repeats)

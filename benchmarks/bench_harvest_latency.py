@@ -12,17 +12,26 @@ A-BSP latency is the engine's own record (``history.harvest_latency``: scheduler
 quorum-th ``processing -> memory`` to the last one of the round). BSP's wait is measured the same
 way by an independent scheduler plugin (``_common.FinishTimes``), which also cross-checks the
 engine's numbers for A-BSP. Target: A-BSP median <= 10 ms.
+
+For scale, rounds of the same shape with nothing to compute (``floor_round``) measure what Dask
+alone costs between the first finish and the last result: the stop's trip, a task's return,
+the next queued task's start (with 8 partitions), the result's trip. The cluster runs
+``--event-loop`` (default uvloop, as the engine's embedded cluster does).
 """
 
 from __future__ import annotations
 
 import os
 
+import dask
 import numpy as np
 from _common import (
     FinishTimes,
     StopReceipts,
     chunk_homes,
+    floor_first,
+    floor_queued,
+    floor_running,
     load_note,
     local_cluster,
     logistic_data,
@@ -76,6 +85,36 @@ def one_fit(client, X, y, sync, rounds, chunk_target=None):
     }
 
 
+def floor_round(client, addrs: list[str], n_partitions: int, r: int) -> float:
+    """One round of Dask's floor for the harvest: the same shape as an engine round (one task
+    per partition, partition ``p`` on worker ``p % 4``, the engine's plugins stopping the round
+    at the first finish) but with nothing to compute: the first task returns after 30 ms, the
+    others in flight block on the stop flag and return the moment it is set, and queued ones
+    return at once. Returns first finish -> last result, on the scheduler."""
+    fid = "floor"
+    prefix = f"daskabsp-floor-{fid}-{r:05d}"
+    rid = f"{fid}:{r}"
+    tasks = []
+    for p in range(n_partitions):
+        w = addrs[p % len(addrs)]
+        if p == 0:
+            fn = floor_first
+        elif p < len(addrs) or p % len(addrs) == 0:  # in flight (the fast worker's second
+            fn = floor_running                       # partition starts as the first ends)
+        else:
+            fn = floor_queued
+        args = (rid, 0.03) if fn is floor_first else (rid,)
+        tasks.append((fn, args, (prefix, p), w))
+    with dask.annotate(daskabsp={"fit": fid, "round": str(r), "quorum": 1}):
+        futs = [client.submit(fn, *a, key=k, workers=[w], pure=False) for fn, a, k, w in tasks]
+    got = client.gather(futs)
+    if min(got) < 0:
+        raise RuntimeError(f"a floor task did not see its round's stop: {got}")
+    del futs
+    seen = [f["seen"] for f in round_finishes(client, fid, r + 1)[r]]
+    return max(seen) - min(seen)
+
+
 def breakdown(fit: dict, receipts: dict) -> list[tuple[float, float, float]]:
     """Per round, the harvest latency split at the round's last result: first finish (on the
     scheduler) -> stop message received by that task's worker -> the task's compute end ->
@@ -101,7 +140,7 @@ def main() -> None:
     n_rows = args.rows or (200_000 if args.quick else 800_000)
     settings = (4, 8)
 
-    with local_cluster(4, 1) as client:
+    with local_cluster(4, 1, args.event_loop) as client:
         warm_up(client)
         client.register_plugin(FinishTimes())
         addrs = workers(client)
@@ -112,6 +151,8 @@ def main() -> None:
         fast = addrs[0]
         slow = {a: args.slow for a in addrs if a != fast}
         fits = {(P, s): [] for P in settings for s in ("absp", "bsp")}
+        floor = {P: [] for P in settings}
+        n_floor = 0
         with daskabsp.slow_workers(client, slow):
             for b in range(blocks):
                 for P in settings:
@@ -119,6 +160,9 @@ def main() -> None:
                     for sync in order:
                         fits[P, sync].append(one_fit(client, *data[P], sync, rounds,
                                                      args.chunk_target))
+                    for _ in range(rounds):
+                        floor[P].append(floor_round(client, addrs, P, n_floor))
+                        n_floor += 1
         receipts = stop_receipts(client)
 
     rows, out = [], {"settings": {}}
@@ -136,13 +180,15 @@ def main() -> None:
                      for r, w, n in zip(rr, ran_on, f["partition_size"], strict=True)
                      if w != fast]
         straggler_frac = float(np.mean(slow_rows)) if slow_rows else 0.0
-        s_lat, s_obs, s_bsp, s_ratio = (summary(v) for v in (lat, lat_obs, wait_bsp, ratios))
+        s_lat, s_obs, s_bsp, s_ratio, s_floor = (
+            summary(v) for v in (lat, lat_obs, wait_bsp, ratios, floor[P]))
         parts = [summary(v) for v in zip(*[b for f in a_fits for b in breakdown(f, receipts)],
                                          strict=True)]
         ok = s_lat["median"] * 1e3 <= TARGET_MS
         met &= ok
         rows.append([f"{P} partitions", s_lat["n"], f"{s_lat['median'] * 1e3:.1f}",
                      f"{s_lat['p90'] * 1e3:.1f}", f"{s_obs['median'] * 1e3:.1f}",
+                     f"{s_floor['median'] * 1e3:.1f} [{s_floor['p90'] * 1e3:.1f}]",
                      *(f"{b['median'] * 1e3:.1f}" for b in parts),
                      f"{s_bsp['median'] * 1e3:.0f}", f"{s_bsp['p90'] * 1e3:.0f}",
                      spread(s_ratio, fmt="{:.0f}"), f"{straggler_frac:.1%}", verdict(ok)])
@@ -150,20 +196,26 @@ def main() -> None:
             "absp_harvest_latency_s": s_lat, "absp_observer_latency_s": s_obs,
             "absp_breakdown_s": dict(zip(("stop_delivery", "to_task_end", "result_delivery"),
                                          parts, strict=True)),
-            "bsp_wait_s": s_bsp, "ratio_bsp_wait_over_absp_latency": s_ratio,
+            "dask_floor_s": s_floor, "bsp_wait_s": s_bsp,
+            "ratio_bsp_wait_over_absp_latency": s_ratio,
             "straggler_rows_fraction_mean": straggler_frac,
             "chunk_homes": homes[P], "fits": {"absp": a_fits, "bsp": b_fits},
         }
 
     headers = ["setting", "rounds", "A-BSP med ms", "A-BSP p90 ms", "observer med ms",
+               "Dask floor med [p90] ms",
                "stop->worker", "->task end", "->scheduler",
                "BSP wait med ms", "BSP p90 ms", "BSP/A-BSP [IQR]", "straggler rows",
                f"target med<={TARGET_MS:g}ms"]
     print(f"Harvest latency: first finish -> last result on the scheduler; 4 workers x 1 "
           f"thread, 3 workers {args.slow:g}x slower, {n_rows} rows x {args.features} features, "
-          f"{blocks} A-BSP/BSP fit pairs x {rounds} rounds per setting")
+          f"{blocks} A-BSP/BSP fit pairs x {rounds} rounds per setting, {args.event_loop} "
+          "event loop")
     print(table(headers, rows))
     print("A-BSP: engine's history.harvest_latency; observer: an independent scheduler plugin;"
+          " Dask floor: rounds of the same shape whose tasks compute nothing (in-flight tasks"
+          " block on the stop flag and return when it is set, queued ones return at once),"
+          " interleaved with the fits: what Dask's messaging and task switching alone cost;"
           " the next three columns split A-BSP's latency at the round's last result (medians):"
           " first finish -> stop received by that worker -> task compute end -> result seen by"
           " the scheduler. straggler rows: mean fraction of its partition a slowed partition "

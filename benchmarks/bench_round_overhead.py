@@ -113,7 +113,7 @@ def main() -> None:
     per_round = {(P, m): [] for P in settings for m in MODES}  # list of per-block lists
     setup = {(P, m): [] for P in settings for m in ("absp", "bsp")}
 
-    with local_cluster(4, 1) as client:
+    with local_cluster(4, 1, args.event_loop) as client:
         warm_up(client)
         data = {P: logistic_data(client, P * args.rows, args.features, P, args.seed)
                 for P in settings}

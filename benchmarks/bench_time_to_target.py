@@ -144,7 +144,7 @@ def main() -> None:
     program = daskabsp.LogisticGD(C=args.C)
     fits: dict[str, list[dict]] = {m: [] for m in modes}
 
-    with local_cluster(4, 1) as client, ThreadPoolExecutor(EVAL_THREADS) as pool:
+    with local_cluster(4, 1, args.event_loop) as client, ThreadPoolExecutor(EVAL_THREADS) as pool:
         warm_up(client)
         t0 = time.perf_counter()
         Xd, yd = logistic_data(client, 4 * rows_per_part, args.features, 4, args.seed)
