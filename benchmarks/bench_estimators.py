@@ -80,9 +80,8 @@ def add_options(p) -> None:
 # -- the straggler, for dask-ml: every task on one worker takes `factor` times as long ------
 
 class SlowThreadPoolExecutor:
-    """Wraps a worker's thread pool: each task sleeps ``(factor - 1)`` times its CPU time after
-    running (the engine's per-chunk rule). The class name keeps the worker on its thread-pool
-    code path."""
+    """Wraps a worker's thread pool: each task sleeps ``(factor - 1)`` times its run time after
+    running. (The class name keeps the worker on its thread-pool code path.)"""
 
     def __init__(self, inner, factor: float) -> None:
         self._inner, self._extra = inner, factor - 1.0
@@ -91,9 +90,9 @@ class SlowThreadPoolExecutor:
         extra = self._extra
 
         def slowed(*a, **k):
-            t0 = time.thread_time()
+            t0 = time.perf_counter()
             out = fn(*a, **k)
-            time.sleep(extra * (time.thread_time() - t0))
+            time.sleep(extra * (time.perf_counter() - t0))
             return out
 
         return self._inner.submit(slowed, *args, **kwargs)

@@ -134,7 +134,6 @@ def run_partition(
     acc = program.new_stats(params)
     accumulate = program.accumulate
     perf_counter = time.perf_counter
-    thread_time = time.thread_time
     sleep = time.sleep
     extra = slowdown - 1.0
     split = bool(getattr(program, "split_at_wrap", False))
@@ -150,11 +149,11 @@ def run_partition(
         size = int(_config.get("probe-rows"))
         for _ in range(2 if sp.issparse(X) else 1):
             stop = min(pos + size, n, pos + quota - done)
-            t0, cpu0 = perf_counter(), thread_time()
+            t0 = perf_counter()
             accumulate(acc, params, _rows(X, pos, stop), _rows(y, pos, stop),
                        _rows(sample_weight, pos, stop))
             if extra > 0:
-                sleep(extra * (thread_time() - cpu0))
+                sleep(extra * (perf_counter() - t0))
             elapsed = perf_counter() - t0
             size = max(1, int((stop - pos) * target / max(elapsed, 1e-7)))
             done += stop - pos
@@ -172,10 +171,10 @@ def run_partition(
             break
         stop = min(pos + step, n, pos + quota - done)
         if extra > 0:
-            cpu0 = thread_time()
+            t0 = perf_counter()
             accumulate(acc, params, _rows(X, pos, stop), _rows(y, pos, stop),
                        _rows(sample_weight, pos, stop))
-            sleep(extra * (thread_time() - cpu0))
+            sleep(extra * (perf_counter() - t0))
         else:
             accumulate(acc, params, _rows(X, pos, stop), _rows(y, pos, stop),
                        _rows(sample_weight, pos, stop))

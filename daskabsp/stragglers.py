@@ -1,10 +1,9 @@
 """Emulated stragglers: make chosen workers behave as if their CPU were slower.
 
 This is emulation, for tests, benchmarks and demos: after each chunk of a partition scan that
-took ``t`` seconds of CPU time (``time.thread_time`` of the task's thread: wall time would also
-stretch the time the chunk lost to other processes), a slowed worker sleeps ``(factor - 1) * t``.
-The worker's other work (data transfer, the event loop) is not slowed, and sleeping frees the
-core for the other workers, as a slower machine of its own would.
+took ``t`` seconds, a slowed worker sleeps ``(factor - 1) * t``. The worker's other work (data
+transfer, the event loop) is not slowed, and sleeping frees the core for the other workers, as a
+slower machine of its own would.
 """
 
 from __future__ import annotations
