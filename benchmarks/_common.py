@@ -8,7 +8,6 @@ ratio with its spread (median and interquartile range over the paired repeats), 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -41,10 +40,9 @@ def parse_args(description: str, add=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="random seed of the data")
     p.add_argument("--out", type=Path, default=None,
                    help="JSON output file (default: benchmarks/results/<name>[-quick].json)")
-    p.add_argument("--event-loop", choices=("uvloop", "tornado", "asyncio"),
-                   default="uvloop" if importlib.util.find_spec("uvloop") else "tornado",
+    p.add_argument("--event-loop", choices=("tornado", "asyncio", "uvloop"), default="tornado",
                    help="the cluster's event loop (distributed.admin.event-loop; default: "
-                        "uvloop when installed, as daskabsp's embedded cluster uses)")
+                        "tornado, Dask's default; uvloop must be installed)")
     if add is not None:
         add(p)
     return p.parse_args()

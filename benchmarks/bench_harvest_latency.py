@@ -15,8 +15,7 @@ engine's numbers for A-BSP. Target: A-BSP median <= 10 ms.
 
 For scale, rounds of the same shape with nothing to compute (``floor_round``) measure what Dask
 alone costs between the first finish and the last result: the stop's trip, a task's return,
-the next queued task's start (with 8 partitions), the result's trip. The cluster runs
-``--event-loop`` (default uvloop, as the engine's embedded cluster does).
+the next queued task's start (with 8 partitions), the result's trip.
 """
 
 from __future__ import annotations

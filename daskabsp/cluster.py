@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import atexit
-import importlib.util
 import logging
 import threading
 
-import dask.config
 import distributed
-
-from . import _config
 
 logger = logging.getLogger(__name__)
 
-_LOOP_KEY = "distributed.admin.event-loop"
 _lock = threading.Lock()
 _embedded: distributed.Client | None = None
 
@@ -37,30 +32,17 @@ def embedded_client() -> distributed.Client:
     global _embedded
     with _lock:
         if _embedded is None or _embedded.status in ("closed", "closing"):
-            loop = embedded_loop_config()
-            with dask.config.set(loop):
-                cluster = distributed.LocalCluster(processes=True)
-                _embedded = distributed.Client(cluster, set_as_default=False)
+            cluster = distributed.LocalCluster(processes=True)
+            _embedded = distributed.Client(cluster, set_as_default=False)
             atexit.register(close_embedded)
             logger.info(
                 "daskabsp: no Dask client found, started an embedded LocalCluster with %d "
-                "workers x %d threads (%s event loop, dashboard %s); reused by later fits, "
-                "closed at exit.",
+                "workers x %d threads (dashboard %s); reused by later fits, closed at exit.",
                 len(cluster.workers),
                 max(w.nthreads for w in cluster.workers.values()) if cluster.workers else 0,
-                loop.get(_LOOP_KEY, dask.config.get(_LOOP_KEY)),
                 cluster.dashboard_link,
             )
         return _embedded
-
-
-def embedded_loop_config() -> dict:
-    """The ``distributed.admin.event-loop`` setting for the embedded cluster: the
-    ``daskabsp.embedded-event-loop`` value when it names a loop that can be used here."""
-    want = _config.get("embedded-event-loop")
-    if not want or (want == "uvloop" and importlib.util.find_spec("uvloop") is None):
-        return {}
-    return {_LOOP_KEY: want}
 
 
 def close_embedded() -> None:

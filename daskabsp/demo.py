@@ -34,18 +34,14 @@ def optimum(X, y, C: float) -> float:
 
 def run(n_rows: int, n_features: int, slowdown: float, workers: int, tolerance: float,
         max_iter: int) -> list[dict]:
-    import dask.config
     from distributed import Client, LocalCluster
-
-    from .cluster import embedded_loop_config
 
     X, y = make_data(n_rows, n_features)
     C = 1.0
     program = LogisticGD(C=C)
     target = optimum(X, y, C) * (1 + tolerance)
     rows = []
-    with dask.config.set(embedded_loop_config()), \
-            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True) as cluster, \
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True) as cluster, \
             Client(cluster) as client:
         print(f"Dask dashboard: {client.dashboard_link}  (open it to watch the rounds)")
         slow = sorted(client.scheduler_info()["workers"])[0]
