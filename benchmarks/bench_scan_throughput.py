@@ -111,7 +111,7 @@ def main() -> None:
     print(f"Scan throughput: one partition, 1 BLAS thread, chunk target "
           f"{target_s * 1e3:g} ms, {repeats} interleaved repeats")
     print(table(["variant", "repeats", "median ms", "GB/s", "chunk rows",
-                 "vectorised/scan [IQR]", f"target >={TARGET:g}x"], rows))
+                 "scan/vectorised speed [IQR]", f"target >={TARGET:g}x"], rows))
     print("ratio = throughput of the scan / throughput of one vectorised pass (per repeat), "
           "median [IQR].")
     out.update(repeats=repeats, chunk_target_s=target_s, target=TARGET, target_met=met)
