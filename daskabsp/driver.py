@@ -368,13 +368,15 @@ class _Fit:
                 break
             prev_obj = obj
 
-        latency = await self._harvest_latency(rids) if self.signal == "scheduler" else None
+        latency, stop_time = (await self._round_times(rids, epoch0) if self.signal == "scheduler"
+                              else (None, None))
         attrs = {
             "sync": policy.name, "policy": repr(policy), "program": program.name,
             "program_repr": repr(program), "fit_id": self.fit_id, "n_partitions": P,
             "converged": int(converged),
         }
-        history = rec.dataset(attrs=attrs, sizes=sizes, harvest_latency=latency)
+        history = rec.dataset(attrs=attrs, sizes=sizes, harvest_latency=latency,
+                              stop_time=stop_time)
         return FitResult(coef=np.asarray(program.coefficients(state)), state=state,
                          history=history, n_iter=len(rids), converged=converged)
 
@@ -425,14 +427,18 @@ class _Fit:
                 await self.client.run(stop_on_worker, [rid])
                 return
 
-    async def _harvest_latency(self, rids: list[str]) -> list[float]:
+    async def _round_times(self, rids: list[str], epoch0: float):
+        """Per round, from the scheduler's log: quorum to last result (the harvest latency), and
+        when the quorum was reached (the stop sent) in seconds after ``epoch0``."""
+        nan = [math.nan] * len(rids)
         try:
             info = await self.client.scheduler.daskabsp_round_info(fit=self.fit_id)
         except Exception:
-            return [math.nan] * len(rids)
-        out = []
+            return nan, nan
+        latency, stop_time = [], []
         for rid in rids:
             i = info.get(rid) or {}
             tq, tl = i.get("quorum_time"), i.get("last_time")
-            out.append(tl - tq if tq is not None and tl is not None else math.nan)
-        return out
+            latency.append(tl - tq if tq is not None and tl is not None else math.nan)
+            stop_time.append(tq - epoch0 if tq is not None else math.nan)
+        return latency, stop_time

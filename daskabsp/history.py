@@ -36,7 +36,8 @@ class HistoryRecorder:
         for k in _PER_PARTITION:
             self.parts[k].append(parts[k])
 
-    def dataset(self, *, attrs: dict, sizes, harvest_latency=None) -> xr.Dataset:
+    def dataset(self, *, attrs: dict, sizes, harvest_latency=None,
+                stop_time=None) -> xr.Dataset:
         n = len(self.wall)
         rounds = np.arange(n)
         data = {
@@ -63,6 +64,12 @@ class HistoryRecorder:
             data["harvest_latency"] = (
                 ("round",), np.asarray(harvest_latency, dtype=float),
                 {"long_name": "quorum reached to last result, on the scheduler", "units": "s"},
+            )
+        if stop_time is not None:
+            data["stop_time"] = (
+                ("round",), np.asarray(stop_time, dtype=float),
+                {"long_name": "quorum reached (stop sent) since the fit started, scheduler "
+                              "clock, on the task_start / task_stop timeline", "units": "s"},
             )
         if self.params:
             data["params"] = (("round", "param"), np.stack(self.params),
