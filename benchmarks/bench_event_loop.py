@@ -10,20 +10,8 @@ from __future__ import annotations
 
 import os
 
-from _common import (
-    FinishTimes,
-    load_note,
-    local_cluster,
-    logistic_data,
-    parse_args,
-    spread,
-    summary,
-    table,
-    warm_up,
-    workers,
-    write_json,
-)
-from bench_harvest_latency import floor_round, one_fit
+from _common import load_note, local_cluster, parse_args, spread, summary, table, write_json
+from bench_harvest_latency import floor_round, one_fit, prepare
 
 import daskabsp
 
@@ -43,12 +31,7 @@ def one_block(loop: str, args, n_rows: int, settings) -> dict:
     """Start a cluster running ``loop``; return its latencies per setting (seconds)."""
     out = {}
     with local_cluster(4, 1, loop) as client:
-        warm_up(client)
-        client.register_plugin(FinishTimes())
-        addrs = workers(client)
-        data = {P: logistic_data(client, n_rows, args.features, P, args.seed) for P in settings}
-        one_fit(client, *data[settings[0]], "absp", 0)  # installs the engine's plugins
-        slow = {a: args.slow for a in addrs[1:]}
+        addrs, data, slow = prepare(client, args, n_rows, settings)
         n_floor = 0
         with daskabsp.slow_workers(client, slow):
             for P in settings:

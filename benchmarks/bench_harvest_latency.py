@@ -110,8 +110,21 @@ def floor_round(client, addrs: list[str], n_partitions: int, r: int) -> float:
     if min(got) < 0:
         raise RuntimeError(f"a floor task did not see its round's stop: {got}")
     del futs
-    seen = [f["seen"] for f in round_finishes(client, fid, r + 1)[r]]
+    seen = [f["seen"] for fs in client.sync(client.scheduler.bench_finish_times, contains=prefix)
+            .values() for f in fs]
     return max(seen) - min(seen)
+
+
+def prepare(client, args, n_rows: int, settings) -> tuple[list[str], dict, dict]:
+    """Set a fresh cluster up for the measurements: the engine imported and its plugins
+    installed, the observer registered, one data set per partition count. Returns the worker
+    addresses, ``{n_partitions: (X, y)}`` and the slowdowns (every worker but the first)."""
+    warm_up(client)
+    client.register_plugin(FinishTimes())
+    addrs = workers(client)
+    data = {P: logistic_data(client, n_rows, args.features, P, args.seed) for P in settings}
+    one_fit(client, *data[settings[0]], "absp", 0)  # installs the engine's plugins
+    return addrs, data, {a: args.slow for a in addrs[1:]}
 
 
 def breakdown(fit: dict, receipts: dict) -> list[tuple[float, float, float]]:
@@ -140,15 +153,10 @@ def main() -> None:
     settings = (4, 8)
 
     with local_cluster(4, 1, args.event_loop) as client:
-        warm_up(client)
-        client.register_plugin(FinishTimes())
-        addrs = workers(client)
-        data = {P: logistic_data(client, n_rows, args.features, P, args.seed) for P in settings}
-        one_fit(client, *data[4], "absp", 0)  # installs the engine's plugins
+        addrs, data, slow = prepare(client, args, n_rows, settings)
         client.register_plugin(StopReceipts())
         homes = {P: chunk_homes(client, data[P][0]) for P in settings}
         fast = addrs[0]
-        slow = {a: args.slow for a in addrs if a != fast}
         fits = {(P, s): [] for P in settings for s in ("absp", "bsp")}
         floor = {P: [] for P in settings}
         n_floor = 0
