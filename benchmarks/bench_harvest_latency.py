@@ -9,13 +9,15 @@ stragglers still running when the fastest partition finishes. A-BSP and BSP fits
 calibration) is dropped.
 
 A-BSP latency is the engine's own record (``history.harvest_latency``: scheduler time of the
-quorum-th ``processing -> memory`` to the last one of the round). BSP's wait is measured the same
-way by an independent scheduler plugin (``_common.FinishTimes``), which also cross-checks the
-engine's numbers for A-BSP. Target: A-BSP median <= 10 ms.
+quorum-th ``processing -> memory`` to the round settling, i.e. the last partial result, every
+other task having been reported by its worker as still queued when the stop arrived, so it
+computes nothing and is not waited for). BSP's wait (first to last result) and, for A-BSP, a
+cross-check (first to last result of the tasks that ran) come from an independent scheduler
+plugin (``_common.FinishTimes``). Target: A-BSP median <= 10 ms.
 
 For scale, rounds of the same shape with nothing to compute (``floor_round``) measure what Dask
-alone costs between the first finish and the last result: the stop's trip, a task's return,
-the next queued task's start (with 8 partitions), the result's trip.
+alone costs between the first finish and the round settling on the same signal path: the
+stop's trip, a task's return, the result's (and idle report's) trip.
 """
 
 from __future__ import annotations
@@ -67,7 +69,11 @@ def one_fit(client, X, y, sync, rounds, chunk_target=None):
                        chunk_target=chunk_target, client=client)
     h = res.history
     fit_id = h.attrs["fit_id"]
-    finishes = round_finishes(client, fit_id, res.n_iter)[1:]
+    # Tasks the round did not wait for (reported idle; NaN start) may still have run after it
+    # settled: leave their results out of the observer's span.
+    waited = ~np.isnan(h.task_start.values)
+    finishes = [[f for f in fs if waited[r, f["partition"]]]
+                for r, fs in enumerate(round_finishes(client, fit_id, res.n_iter))][1:]
     spans = [max(f["seen"] for f in fs) - min(f["seen"] for f in fs) if fs else float("nan")
              for fs in finishes]
     engine = (h.harvest_latency.values[1:].tolist() if "harvest_latency" in h
@@ -81,15 +87,17 @@ def one_fit(client, X, y, sync, rounds, chunk_target=None):
         "partition_size": h.partition_size.values.tolist(),
         "round_s": np.diff(h.wall_time.values).tolist(),
         "workers": h.worker.values[1:].tolist(),
+        "idle": (~waited[1:]).tolist(),
     }
 
 
 def floor_round(client, addrs: list[str], n_partitions: int, r: int) -> float:
     """One round of Dask's floor for the harvest: the same shape as an engine round (one task
     per partition, partition ``p`` on worker ``p % 4``, the engine's plugins stopping the round
-    at the first finish) but with nothing to compute: the first task returns after 30 ms, the
-    others in flight block on the stop flag and return the moment it is set, and queued ones
-    return at once. Returns first finish -> last result, on the scheduler."""
+    at the first finish and settling it) but with nothing to compute: the first task returns
+    after 30 ms, the others in flight block on the stop flag and return the moment it is set,
+    and queued ones are reported idle by their workers (if one runs, it returns at once).
+    Returns first finish -> round settled, on the scheduler, as the engine records it."""
     fid = "floor"
     prefix = f"daskabsp-floor-{fid}-{r:05d}"
     rid = f"{fid}:{r}"
@@ -106,13 +114,13 @@ def floor_round(client, addrs: list[str], n_partitions: int, r: int) -> float:
         tasks.append((fn, args, (prefix, p), w))
     with dask.annotate(daskabsp={"fit": fid, "round": str(r), "quorum": 1}):
         futs = [client.submit(fn, *a, key=k, workers=[w], pure=False) for fn, a, k, w in tasks]
-    got = client.gather(futs)
+    idle = dict(client.sync(client.scheduler.daskabsp_settled, round=rid) or ())
+    got = client.gather([f for f in futs if f.key not in idle])
     if min(got) < 0:
         raise RuntimeError(f"a floor task did not see its round's stop: {got}")
     del futs
-    seen = [f["seen"] for fs in client.sync(client.scheduler.bench_finish_times, contains=prefix)
-            .values() for f in fs]
-    return max(seen) - min(seen)
+    info = client.sync(client.scheduler.daskabsp_round_info, fit=fid)[rid]
+    return info["last_time"] - info["quorum_time"]
 
 
 def prepare(client, args, n_rows: int, settings) -> tuple[list[str], dict, dict]:
@@ -219,10 +227,11 @@ def main() -> None:
           f"{blocks} A-BSP/BSP fit pairs x {rounds} rounds per setting, {args.event_loop} "
           "event loop")
     print(table(headers, rows))
-    print("A-BSP: engine's history.harvest_latency; observer: an independent scheduler plugin;"
-          " Dask floor: rounds of the same shape whose tasks compute nothing (in-flight tasks"
-          " block on the stop flag and return when it is set, queued ones return at once),"
-          " interleaved with the fits: what Dask's messaging and task switching alone cost;"
+    print("A-BSP: engine's history.harvest_latency (first finish -> round settled); observer:"
+          " an independent scheduler plugin, first -> last result of the tasks the round waited"
+          " for; Dask floor: rounds of the same shape whose tasks compute nothing (in-flight"
+          " tasks block on the stop flag and return when it is set, queued ones are reported"
+          " idle), interleaved with the fits: what Dask's messaging alone costs;"
           " the next three columns split A-BSP's latency at the round's last result (medians):"
           " first finish -> stop received by that worker -> task compute end -> result seen by"
           " the scheduler. straggler rows: mean fraction of its partition a slowed partition "

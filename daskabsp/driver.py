@@ -2,8 +2,9 @@
 
 Each round submits one task per partition (``runtime.run_partition``) with the round's
 annotation, waits for the results (under A-BSP the scheduler plugin stops the stragglers as soon
-as the quorum has finished, so this returns shortly after the fastest partition), aggregates the
-counted statistics weighted by rows, and applies the program's update.
+as the quorum has finished, so this returns shortly after the fastest partition; tasks that were
+still queued when the stop reached their worker are not waited for: they compute nothing),
+aggregates the counted statistics weighted by rows, and applies the program's update.
 """
 
 from __future__ import annotations
@@ -209,6 +210,12 @@ def balance(assignment: list[str | None], nthreads: dict[str, int]) -> list[str]
     return out  # type: ignore[return-value]
 
 
+def idle_result(cursor: int, worker: str) -> PartialResult:
+    """The result of a task that had not started when its round stopped: nothing computed."""
+    return PartialResult(stats=None, rows=0, cursor=cursor, stopped=True, compute_seconds=0.0,
+                         start=math.nan, stop=math.nan, worker=worker, chunk_rows=0)
+
+
 class _Fit:
     def __init__(self, client, program, policy, X, y, sample_weight, *, max_iter, tol,
                  n_partitions, quota, chunk_target, record_params, callback) -> None:
@@ -302,7 +309,8 @@ class _Fit:
                 try:
                     if quorum and self.signal != "scheduler":
                         await self._driver_stop(futs, rid, quorum)
-                    results: list[PartialResult] = await client.gather(futs)
+                    results = await self._collect(
+                        futs, rid, cursors, settle=bool(quorum) and self.signal == "scheduler")
                     break
                 except (KilledWorker, FutureCancelledError) as e:
                     logger.warning("daskabsp: round %d failed (%r); retrying", r, e)
@@ -400,6 +408,7 @@ class _Fit:
                     "run", run_partition, self._program_arg(), arg, parts.X[p], parts.y[p],
                     parts.sample_weight[p], round_id=rid, cursor=cursors[p], quota=quotas[p],
                     chunk_rows=chunk_rows[p], chunk_target=self.chunk_target,
+                    ends_round=quorum == 1,
                     key=(prefix, p), workers=[assign[p]], allow_other_workers=True,
                     priority=staleness[p],
                 ))
@@ -418,6 +427,19 @@ class _Fit:
         if self.signal == "driver-opaque":
             return self.client.submit(apply, self._remote[name], list(args), kwargs, **opts)
         return self.client.submit(func, *args, **kwargs, **opts)
+
+    async def _collect(self, futs, rid: str, cursors: list[int], *,
+                       settle: bool) -> list[PartialResult]:
+        """The round's results. With ``settle``, stop waiting once the scheduler says the round
+        has settled: a task that was still queued when the stop reached its worker (behind the
+        round's other partitions, or behind another job's task) computes nothing, so it gets an
+        empty result here and its future is released, usually before it runs."""
+        if not settle:
+            return await self.client.gather(futs)
+        idle = dict(await self.client.scheduler.daskabsp_settled(round=rid) or ())
+        got = iter(await self.client.gather([f for f in futs if f.key not in idle]))
+        return [idle_result(cursors[p], idle[f.key]) if f.key in idle else next(got)
+                for p, f in enumerate(futs)]
 
     async def _driver_stop(self, futs, rid: str, quorum: int) -> None:
         done = 0

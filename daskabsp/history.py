@@ -10,8 +10,10 @@ _PER_PARTITION = {
     "quota": ("int64", "rows asked for", None),
     "cursor": ("int64", "row the partition started at", None),
     "compute_seconds": ("float64", "time spent scanning", "s"),
-    "task_start": ("float64", "task start since the fit started (worker clock)", "s"),
-    "task_stop": ("float64", "task end since the fit started (worker clock)", "s"),
+    "task_start": ("float64", "task start since the fit started (worker clock; NaN: a task "
+                   "still queued when the round stopped, not waited for)", "s"),
+    "task_stop": ("float64", "task end since the fit started (worker clock; NaN as for "
+                  "task_start)", "s"),
     "harvested": ("bool", "stopped by the round's stop before its quota", None),
     "counted": ("bool", "statistics used in the update", None),
     "worker": ("str", "worker that ran the task", None),
@@ -63,7 +65,9 @@ class HistoryRecorder:
         if harvest_latency is not None:
             data["harvest_latency"] = (
                 ("round",), np.asarray(harvest_latency, dtype=float),
-                {"long_name": "quorum reached to last result, on the scheduler", "units": "s"},
+                {"long_name": "quorum reached to round settled (its last result, or the "
+                              "report that its remaining tasks were still queued), on the "
+                              "scheduler", "units": "s"},
             )
         if stop_time is not None:
             data["stop_time"] = (

@@ -7,6 +7,12 @@ task of a stopped round that starts later (re-run after a worker died, stolen, q
 stop re-sent to its worker. On the workers, the stop sets a ``threading.Event`` per round, which
 partition tasks check between chunks. Dask's ``cancel`` is never used for this: it cannot stop a
 running task.
+
+The stop names the round's tasks on that worker; the worker answers with those that are not
+executing (``daskabsp-idle``). Such a task can compute nothing: the flag is set before it can
+start, and it checks the flag before its first row. The round is *settled* when each of its
+tasks has either finished or been reported idle, and the driver (``daskabsp_settled``) stops
+waiting there instead of for idle tasks to be started only to return nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ logger = logging.getLogger(__name__)
 PLUGIN_NAME = "daskabsp"
 ANNOTATION = "daskabsp"
 STOP_OP = "daskabsp-stop"
+IDLE_OP = "daskabsp-idle"
 
 
 class AbspWorkerPlugin(WorkerPlugin):
@@ -42,6 +49,8 @@ class AbspWorkerPlugin(WorkerPlugin):
     idempotent = True
 
     def setup(self, worker) -> None:
+        self._worker = worker
+        self._held: dict[Any, tuple[dict, set]] = {}  # executing key -> idle report it holds
         self._lock = threading.Lock()
         self._flags: OrderedDict[str, threading.Event] = OrderedDict()
         self._max = int(_config.get("max-rounds-per-worker"))
@@ -59,10 +68,41 @@ class AbspWorkerPlugin(WorkerPlugin):
                     self._flags.popitem(last=False)
             return ev
 
-    def stop(self, rounds=(), **kwargs: Any) -> None:
-        """Set the stop flags of ``rounds``."""
+    def stop(self, rounds=(), keys=(), **kwargs: Any) -> None:
+        """Set the stop flags of ``rounds``; report which of ``keys`` are not executing.
+
+        Runs on the worker's event loop, where tasks also become ``executing``: a task that is
+        not executing now starts after its flag is set, so it will return without a row.
+        """
         for rid in rounds:
             self.flag(rid).set()
+        state = getattr(self._worker, "state", None)
+        if not (keys and rounds) or state is None:
+            return
+        running = {ts.key for ts in state.executing} | {ts.key for ts in state.long_running}
+        idle = [k for k in keys if k not in running]
+        if not idle:
+            return
+        report = {"op": IDLE_OP, "round": rounds[0], "keys": idle}
+        busy = {k for k in keys if k in running}
+        if busy:
+            # The round cannot settle before these return: send the report with their
+            # results (one write) rather than just before them, which would hold the
+            # results back by the batched stream's interval.
+            held = (report, busy)
+            for k in busy:
+                self._held[k] = held
+        else:
+            self._worker.batched_stream.send(report)
+
+    def transition(self, key, start, finish, **kwargs: Any) -> None:
+        if self._held and start == "executing":
+            held = self._held.pop(key, None)
+            if held is not None:
+                report, busy = held
+                busy.discard(key)
+                if not busy:
+                    self._worker.batched_stream.send(report)
 
     async def _stop_rpc(self, rounds=(), **kwargs: Any) -> None:
         self.stop(rounds)
@@ -75,10 +115,22 @@ class _Round:
     quorum: int  # 0: never stop (BSP)
     client: str | None
     keys: set = field(default_factory=set)
+    open: set = field(default_factory=set)  # neither finished nor reported idle
+    idle: dict = field(default_factory=dict)  # key -> worker that reported it idle
     finished: int = 0
     stopped: bool = False
     t_quorum: float | None = None
-    t_last: float | None = None
+    t_last: float | None = None  # when the round settled (its last key left ``open``)
+    settled: asyncio.Event | None = None  # created by a waiter
+
+
+def _settle(r: _Round, key) -> None:
+    if key in r.open:
+        r.open.discard(key)
+        if not r.open:
+            r.t_last = time.time()
+            if r.settled is not None:
+                r.settled.set()
 
 
 class AbspSchedulerPlugin(SchedulerPlugin):
@@ -88,7 +140,8 @@ class AbspSchedulerPlugin(SchedulerPlugin):
     on their tasks. Transitions of keys that belong to no round cost one dict lookup.
 
     Client-callable handlers: ``daskabsp_round_info(fit)`` returns the timing log of a fit's
-    rounds (when the quorum was reached, when the last result arrived) and
+    rounds (when the quorum was reached, when the round settled), ``daskabsp_settled(round)``
+    waits until a round has settled and returns its idle tasks, and
     ``daskabsp_stop_round(rounds)`` stops rounds on request.
     """
 
@@ -100,6 +153,7 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         self._pending: set[asyncio.Future] = set()
         self.rounds: dict[str, _Round] = {}
         self.key_round: dict[Any, _Round] = {}
+        self._announced: dict[str, asyncio.Event] = {}  # rounds waited for before they exist
         # rid -> (fit, n, quorum time, last result time), bounded
         self.log: deque[tuple[str, str, int, float | None, float | None]] = deque(maxlen=100_000)
 
@@ -107,6 +161,8 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         self.scheduler = scheduler
         scheduler.handlers["daskabsp_round_info"] = self.round_info
         scheduler.handlers["daskabsp_stop_round"] = self.stop_rounds
+        scheduler.handlers["daskabsp_settled"] = self.settled
+        scheduler.stream_handlers[IDLE_OP] = self._idle
 
     # -- bookkeeping ---------------------------------------------------------------------------
 
@@ -119,13 +175,17 @@ class AbspSchedulerPlugin(SchedulerPlugin):
             r = self.rounds.get(rid)
             if r is None:
                 r = self.rounds[rid] = _Round(rid, a["fit"], int(a["quorum"]), client)
+                announced = self._announced.pop(rid, None)
+                if announced is not None:
+                    announced.set()
             r.keys.add(key)
+            r.open.add(key)
             self.key_round[key] = r
             if r.stopped:
                 # A task added to an already stopped round (e.g. resubmitted).
                 ts = scheduler.tasks.get(key)
                 if ts is not None and ts.processing_on is not None:
-                    self._send_stop(r, [ts.processing_on.address])
+                    self._send_stop(r, {ts.processing_on.address: [key]})
 
     def transition(self, key, start, finish, *args: Any, **kwargs: Any) -> None:
         r = self.key_round.get(key)
@@ -133,19 +193,21 @@ class AbspSchedulerPlugin(SchedulerPlugin):
             return
         if finish == "memory" and start == "processing":
             r.finished += 1
-            now = time.time()
-            r.t_last = now
+            _settle(r, key)
             if not r.stopped and r.quorum and r.finished >= r.quorum:
-                r.t_quorum = now
+                r.t_quorum = time.time()
                 self._stop(r)
         elif finish == "processing":
             if r.stopped:
                 ws = self.scheduler.tasks[key].processing_on
                 if ws is not None:
-                    self._send_stop(r, [ws.address])
+                    self._send_stop(r, {ws.address: [key]})
+        elif finish == "erred":
+            _settle(r, key)
         elif finish == "forgotten":
             del self.key_round[key]
             r.keys.discard(key)
+            _settle(r, key)
             if not r.keys:
                 self._retire(r)
 
@@ -158,28 +220,30 @@ class AbspSchedulerPlugin(SchedulerPlugin):
     def _retire(self, r: _Round) -> None:
         if self.rounds.pop(r.rid, None) is not None:
             self.log.append((r.rid, r.fit, r.finished, r.t_quorum, r.t_last))
+        if r.settled is not None:
+            r.settled.set()  # release waiters of a round that can no longer settle
 
     # -- the stop ------------------------------------------------------------------------------
 
     def _stop(self, r: _Round) -> None:
         r.stopped = True
         tasks = self.scheduler.tasks
-        workers = set()
+        on: dict[str, list] = {}
         for key in r.keys:
             ts = tasks.get(key)
             if ts is not None and ts.processing_on is not None:
-                workers.add(ts.processing_on.address)
-        self._send_stop(r, workers)
+                on.setdefault(ts.processing_on.address, []).append(key)
+        self._send_stop(r, on)
 
-    def _send_stop(self, r: _Round, workers) -> None:
+    def _send_stop(self, r: _Round, on: dict[str, list]) -> None:
+        """Send the stop of ``r`` to the workers in ``on``, naming the round's keys there."""
         s = self.scheduler
-        msg = {"op": STOP_OP, "rounds": [r.rid]}
         if PLUGIN_NAME in s.worker_plugins:
-            for addr in workers:
-                s.worker_send(addr, msg)
+            for addr, keys in on.items():
+                s.worker_send(addr, {"op": STOP_OP, "rounds": [r.rid], "keys": keys})
         else:
             # A stream op unknown to the worker would drop its connection; RPC only logs.
-            for addr in workers:
+            for addr in on:
                 task = asyncio.ensure_future(self._rpc_stop(addr, [r.rid]))
                 self._pending.add(task)
                 task.add_done_callback(self._pending.discard)
@@ -190,7 +254,45 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         except Exception as e:  # the worker may be gone; its tasks are rescheduled
             logger.debug("daskabsp: stop to %s failed: %s", addr, e)
 
+    def _idle(self, worker: str, round: str, keys=(), **kwargs: Any) -> None:
+        """A worker's answer to a stop: these tasks of ``round`` were not executing there."""
+        r = self.rounds.get(round)
+        if r is None:
+            return
+        tasks = self.scheduler.tasks
+        for key in keys:
+            ts = tasks.get(key)
+            # Only while it is still queued on that worker: a task moved since then was sent
+            # the stop again by its new worker, which answers for it.
+            if (key in r.open and ts is not None and ts.processing_on is not None
+                    and ts.processing_on.address == worker):
+                r.idle[key] = worker
+                _settle(r, key)
+
     # -- handlers ------------------------------------------------------------------------------
+
+    async def settled(self, round: str, timeout: float = 60.0) -> list | None:
+        """Wait until ``round`` has settled; return ``[(key, worker), ...]`` of its idle tasks.
+
+        Returns None if the round is unknown after ``timeout`` seconds (the caller then waits
+        for every task). The call may arrive before the round's graph does.
+        """
+        r = self.rounds.get(round)
+        if r is None:
+            ev = self._announced.setdefault(round, asyncio.Event())
+            try:
+                await asyncio.wait_for(ev.wait(), timeout)
+            except asyncio.TimeoutError:
+                self._announced.pop(round, None)
+                return None
+            r = self.rounds.get(round)
+            if r is None:
+                return None
+        if r.open:
+            if r.settled is None:
+                r.settled = asyncio.Event()
+            await r.settled.wait()
+        return list(r.idle.items())
 
     def stop_rounds(self, rounds=()) -> None:
         """Stop ``rounds`` now (used by the driver's fallback and by users)."""

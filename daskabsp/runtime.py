@@ -43,7 +43,9 @@ class PartialResult:
     compute_seconds : float
         Time spent scanning (including emulated slowness).
     start, stop : float
-        Wall-clock (``time.time()``) start and end of the task.
+        Wall-clock (``time.time()``) start and end of the task; NaN for a task the driver did
+        not wait for (still queued on its worker when the round stopped, so it computes
+        nothing).
     worker : str
         Address of the worker that ran the task ("" outside a worker).
     chunk_rows : int
@@ -104,6 +106,7 @@ def run_partition(
     quota: int,
     chunk_rows: int | None = None,
     chunk_target: float | None = None,
+    ends_round: bool = False,
 ) -> PartialResult:
     """Scan ``quota`` rows of one partition from ``cursor`` (cyclically) until stopped.
 
@@ -126,6 +129,10 @@ def run_partition(
         the speed and the rest are sized to take ``chunk_target`` seconds.
     chunk_target : float, optional
         Seconds per chunk; defaults to ``daskabsp.chunk-target``.
+    ends_round : bool, default False
+        Whether finishing the quota ends the round (a quorum of 1). The task then sets its
+        round's stop flag on its own worker at once, so the worker's other tasks of the round
+        stop without waiting for the scheduler's stop to come back.
     """
     t_start = time.time()
     flag, slowdown, address = _worker_context(round_id)
@@ -186,6 +193,8 @@ def run_partition(
             if split:  # chunks never cross the last row, and a scan wraps at most once
                 head = acc.copy()
 
+    if ends_round and done >= quota and flag is not _NEVER:
+        flag.set()
     return PartialResult(
         stats=acc,
         rows=done,

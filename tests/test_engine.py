@@ -155,9 +155,48 @@ def test_unstarted_tasks_return_zero_rows_at_once(client, big):
     zero = (h.rows == 0).values
     assert zero[1:].sum(axis=1).min() >= 1
     assert (h.compute_seconds.values[zero] < 0.01).all()
+    # Their workers reported them idle, and the round did not wait for them: no start time.
+    idle = np.isnan(h.task_start.values)
+    assert idle[1:].any(axis=1).all()
+    assert zero[idle].all() and not h.counted.values[idle].any()
+    assert (h.worker.values[idle] != "").all()
     # partitions that got nothing go first next round: none starves
     assert (h.rows.sum("round") > 0).all()
 
+
+def _hold(started: str, release: str) -> bool:
+    from distributed import Event
+
+    Event(started).set()
+    return Event(release).wait(timeout=60)
+
+
+def test_absp_round_does_not_wait_for_a_task_queued_behind_another_job(client, data, workers):
+    """A busy neighbour: another job's task holds worker 0's only thread, so the fit's
+    partition there queues behind it. A-BSP ends every round without it (BSP would wait)."""
+    import uuid
+
+    from distributed import Event
+
+    X, y = data
+    name = uuid.uuid4().hex[:8]
+    started, release = Event(f"started-{name}"), Event(f"release-{name}")
+    blocker = client.submit(_hold, started.name, release.name, workers=[workers[0]],
+                            pure=False)
+    try:
+        assert started.wait(timeout=60)
+        res = fit(LogisticGD(C=C), X, y, sync="absp", max_iter=4, tol=None, n_partitions=4)
+        # the fit finished while the neighbour's task still held worker 0
+        assert not blocker.done()
+    finally:
+        release.set()
+    assert blocker.result() is True
+    h = res.history
+    on_busy = (h.worker == workers[0]).values
+    assert on_busy.sum(axis=1).tolist() == [1] * res.n_iter
+    assert np.isnan(h.task_start.values[on_busy]).all()
+    assert (h.rows.values[on_busy] == 0).all()
+    assert (h.rows_total > 0).all()  # the other partitions made every round
 
 def test_concurrent_bsp_and_absp_fits_do_not_stop_each_other(cluster, big, workers):
     import asyncio
@@ -253,10 +292,11 @@ def test_driver_signal_fallback_still_harvests(client, big, workers):
 def test_plugin_forgets_finished_rounds(client, data):
     X, y = data
     fit(LogisticGD(C=C), X, y, max_iter=3, tol=None, n_partitions=4)
+    fit(LogisticGD(C=C), X, y, sync="absp", max_iter=3, tol=None, n_partitions=8)
 
     def state(dask_scheduler):
         p = dask_scheduler.plugins["daskabsp"]
-        return len(p.rounds), len(p.key_round)
+        return len(p.rounds), len(p.key_round) + len(p._announced)
 
     # Round keys are released when the fit ends and the scheduler forgets them asynchronously:
     # wait for that condition (bounded), not for a fixed time.
@@ -266,3 +306,9 @@ def test_plugin_forgets_finished_rounds(client, data):
     while client.run_on_scheduler(state) != (0, 0):
         assert time.monotonic() < deadline, client.run_on_scheduler(state)
         time.sleep(0.05)
+    # no idle report is left waiting for a task to end
+    assert set(client.run(_held_reports).values()) == {0}
+
+
+def _held_reports(dask_worker) -> int:
+    return len(dask_worker.extensions["daskabsp"]._held)

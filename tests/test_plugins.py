@@ -52,6 +52,31 @@ def test_stop_is_resent_to_a_task_that_starts_after_its_round_stopped(client, wo
     assert late.worker == workers[1]
 
 
+def test_a_task_that_ends_its_round_stops_the_rest_of_it_on_its_worker(client, workers):
+    """With a quorum of 1, the task that finishes its quota sets its round's flag on its own
+    worker at once: a task of the round queued behind it there returns without a row, with no
+    stop from the scheduler (these tasks carry no round annotation, so none is sent)."""
+    assert client.sync(ensure_plugins, client) == "scheduler"
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((20_000, 5))
+    y = (X[:, 0] > 0).astype(float)
+    prog, params = LogisticGD(), np.zeros(6)
+    for ends_round in (True, False):
+        rid = f"{uuid.uuid4().hex[:8]}:0"
+        kw = dict(round_id=rid, cursor=0, quota=X.shape[0], ends_round=ends_round)
+        first = client.submit(run_partition, prog, params, X, y, None, **kw,
+                              workers=[workers[0]], priority=1, pure=False)
+        queued = client.submit(run_partition, prog, params, X, y, None, **kw,
+                               workers=[workers[0]], pure=False)
+        a, b = first.result(), queued.result()
+        assert a.rows == X.shape[0] and not a.stopped
+        assert b.start >= a.stop  # one thread: b ran after a
+        if ends_round:
+            assert b.rows == 0 and b.stopped
+        else:
+            assert b.rows == X.shape[0] and not b.stopped
+
+
 def test_rounds_of_a_departed_client_are_forgotten(cluster, client):
     from distributed import Client
 
