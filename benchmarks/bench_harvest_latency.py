@@ -222,7 +222,7 @@ def main() -> None:
                "stop->worker", "->task end", "->scheduler",
                "BSP wait med ms", "BSP p90 ms", "BSP/A-BSP [IQR]", "straggler rows",
                f"target med<={TARGET_MS:g}ms"]
-    print(f"Harvest latency: first finish -> last result on the scheduler; 4 workers x 1 "
+    print(f"Harvest latency: first finish -> round settled on the scheduler; 4 workers x 1 "
           f"thread, 3 workers {args.slow:g}x slower, {n_rows} rows x {args.features} features, "
           f"{blocks} A-BSP/BSP fit pairs x {rounds} rounds per setting, {args.event_loop} "
           "event loop")
