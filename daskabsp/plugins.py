@@ -80,11 +80,10 @@ class AbspWorkerPlugin(WorkerPlugin):
         if not (keys and rounds) or state is None:
             return
         running = {ts.key for ts in state.executing} | {ts.key for ts in state.long_running}
-        idle = [k for k in keys if k not in running]
-        if not idle:
-            return
-        report = {"op": IDLE_OP, "round": rounds[0], "keys": idle}
         busy = {k for k in keys if k in running}
+        if len(busy) == len(keys):
+            return
+        report = {"op": IDLE_OP, "round": rounds[0], "keys": [k for k in keys if k not in busy]}
         if busy:
             # The round cannot settle before these return: send the report with their
             # results (one write) rather than just before them, which would hold the

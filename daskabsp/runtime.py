@@ -77,7 +77,8 @@ class _RowsView(sp.csr_matrix):
     data arrays that are views of a larger array (every chunk's are): building a chunk and
     computing ``X.T @ r`` on it copied the chunk twice. Here both are a copy of an empty
     matrix of the right shape with the shared arrays set (~6 µs; scipy's constructor ~35 µs).
-    Measured: the scan of a 200000 x 2000 CSR partition 15-20% faster.
+    Measured on a 200000 x 2000 CSR partition: the scan went from 0.71-0.75 to 0.89-1.03 of
+    one vectorised pass.
     """
 
     def transpose(self, axes=None, copy=False):
