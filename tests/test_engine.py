@@ -146,12 +146,14 @@ def test_quorum_n_matches_bsp(client, data):
     assert not b.history.harvested.any()
 
 
-def test_unstarted_tasks_return_zero_rows_at_once(client, big):
+def test_unstarted_tasks_return_zero_rows_at_once(client, big, workers):
     X, y = big
-    res = fit(LogisticGD(C=C), X, y, sync="absp", max_iter=12, tol=None, n_partitions=8)
+    # 8 partitions on 4 single-thread workers, all but one slowed: each slowed worker is still
+    # computing its first task when the fast worker finishes, so its second has not started.
+    # (With equal workers the others may finish their first task before the stop reaches them.)
+    with slow_workers(client, {w: 8.0 for w in workers[1:]}):
+        res = fit(LogisticGD(C=C), X, y, sync="absp", max_iter=12, tol=None, n_partitions=8)
     h = res.history
-    # 8 partitions on 4 single-thread workers: the second task of each worker has not started
-    # when the first finisher stops the round.
     zero = (h.rows == 0).values
     assert zero[1:].sum(axis=1).min() >= 1
     assert (h.compute_seconds.values[zero] < 0.01).all()
