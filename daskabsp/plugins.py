@@ -4,9 +4,9 @@ The scheduler plugin learns each round's tasks from their ``daskabsp`` annotatio
 quorum-th task of a round goes ``processing -> memory`` it sends ``daskabsp-stop`` to the workers
 running the round's other tasks, over the scheduler's batched stream (no driver round trip). A
 task of a stopped round that starts later (re-run after a worker died, stolen, queued) gets the
-stop re-sent to its worker. On the workers, the stop sets a ``threading.Event`` per round, which
-partition tasks check between chunks. Dask's ``cancel`` is never used for this: it cannot stop a
-running task.
+stop re-sent to its worker (a stolen one, to the worker that stole it). On the workers, the
+stop sets a ``threading.Event`` per round, which partition tasks check between chunks. Dask's
+``cancel`` is never used for this: it cannot stop a running task.
 
 The stop names the round's tasks on that worker; the worker answers with those that are not
 executing (``daskabsp-idle``). Such a task can compute nothing: the flag is set before it can
@@ -209,6 +209,15 @@ class AbspSchedulerPlugin(SchedulerPlugin):
             _settle(r, key)
             if not r.keys:
                 self._retire(r)
+
+    def log_event(self, topic: str, msg: Any) -> None:
+        # Work stealing moves a queued task to another worker without a transition: a task
+        # of a stopped round stolen by a worker that never got the stop would run its whole
+        # quota there.
+        if topic == "stealing" and isinstance(msg, (tuple, list)) and msg and msg[0] == "confirm":
+            r = self.key_round.get(msg[1])
+            if r is not None and r.stopped:
+                self._send_stop(r, {msg[4]: [msg[1]]})
 
     def remove_client(self, scheduler, client: str) -> None:
         for r in [r for r in self.rounds.values() if r.client == client]:

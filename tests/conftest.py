@@ -27,3 +27,18 @@ def client(cluster):
 def workers(client) -> list[str]:
     """The worker addresses of the shared cluster, sorted."""
     return sorted(client.scheduler_info()["workers"])
+
+
+async def _stealing(on: bool, dask_scheduler=None) -> None:
+    ext = dask_scheduler.extensions["stealing"]
+    await (ext.start() if on else ext.stop())
+
+
+@pytest.fixture
+def no_stealing(client):
+    """Work stealing paused on the shared cluster (for tests that pin a task behind another)."""
+    client.run_on_scheduler(_stealing, False)
+    try:
+        yield
+    finally:
+        client.run_on_scheduler(_stealing, True)
