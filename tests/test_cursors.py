@@ -83,6 +83,7 @@ def test_runtime_scan_follows_the_cursor(case, chunk_rows):
         cursor = res.cursor
 
 
+@settings(deadline=None)
 @given(st.integers(1, 50), st.integers(0, 49), st.data())
 def test_segments_cover_rows(n, cursor, data):
     cursor %= n
