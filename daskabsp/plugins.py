@@ -270,8 +270,8 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         tasks = self.scheduler.tasks
         for key in keys:
             ts = tasks.get(key)
-            # Only while it is still queued on that worker: a task moved since then was sent
-            # the stop again by its new worker, which answers for it.
+            # Only while it is still queued on that worker: a task moved since then gets the
+            # stop again at its new worker, whose answer counts.
             if (key in r.open and ts is not None and ts.processing_on is not None
                     and ts.processing_on.address == worker):
                 r.idle[key] = worker

@@ -25,23 +25,37 @@ def _plugin_rounds(dask_scheduler) -> list[str]:
     return list(dask_scheduler.plugins["daskabsp"].rounds)
 
 
+def _problem(seed: int, n: int = 50_000):
+    """Data for partition tasks submitted by hand, and a fresh round: ``X, y, fit_id, rid,
+    key prefix``."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 5))
+    fit_id = uuid.uuid4().hex[:8]
+    return X, (X[:, 0] > 0).astype(float), fit_id, f"{fit_id}:0", f"daskabsp-test-{fit_id}-00000"
+
+
+def _poll(condition, what: str, timeout: float = 30.0) -> None:
+    """Wait until ``condition()`` holds (state on the scheduler that no event announces)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+PROG, PARAMS = LogisticGD(), np.zeros(6)
+
+
 def test_stop_is_resent_to_a_task_that_starts_after_its_round_stopped(client, workers):
     assert client.sync(ensure_plugins, client) == "scheduler"
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((50_000, 5))
-    y = (X[:, 0] > 0).astype(float)
-    prog, params = LogisticGD(), np.zeros(6)
-    fit_id = uuid.uuid4().hex[:8]
-    rid = f"{fit_id}:0"
-    prefix = f"daskabsp-test-{fit_id}-00000"
+    X, y, fit_id, rid, prefix = _problem(0)
     gate_name = f"gate-{fit_id}"
     kw = dict(round_id=rid, cursor=0, quota=X.shape[0])
     # The gate runs outside the round, on a third worker, and holds b back until a is done.
     gate = client.submit(_wait_for_event, gate_name, workers=[workers[2]], pure=False)
     with dask.annotate(daskabsp={"fit": fit_id, "round": "0", "quorum": 1}):
-        a = client.submit(run_partition, prog, params, X, y, None, **kw, key=(prefix, 0),
+        a = client.submit(run_partition, PROG, PARAMS, X, y, None, **kw, key=(prefix, 0),
                           workers=[workers[0]])
-        b = client.submit(_after_gate, gate, prog, params, X, y, None, **kw, key=(prefix, 1),
+        b = client.submit(_after_gate, gate, PROG, PARAMS, X, y, None, **kw, key=(prefix, 1),
                           workers=[workers[1]])
     first = a.result()
     assert first.rows == X.shape[0] and not first.stopped
@@ -69,13 +83,7 @@ def test_stop_follows_a_task_stolen_after_its_round_stopped(client, workers, no_
     the thief, which never got it (it runs none of the round's other tasks). The steal is
     requested by hand; stealing's own balancing is paused so that it cannot move b first."""
     assert client.sync(ensure_plugins, client) == "scheduler"
-    rng = np.random.default_rng(2)
-    X = rng.standard_normal((50_000, 5))
-    y = (X[:, 0] > 0).astype(float)
-    prog, params = LogisticGD(), np.zeros(6)
-    fit_id = uuid.uuid4().hex[:8]
-    rid = f"{fit_id}:0"
-    prefix = f"daskabsp-test-{fit_id}-00000"
+    X, y, fit_id, rid, prefix = _problem(2)
     started, release = f"started-{fit_id}", f"release-{fit_id}"
     kw = dict(round_id=rid, cursor=0, quota=X.shape[0])
     # Another job's task holds workers[1]'s thread, so b queues there behind it.
@@ -83,16 +91,14 @@ def test_stop_follows_a_task_stolen_after_its_round_stopped(client, workers, no_
     try:
         assert Event(started).wait(timeout=60)
         with dask.annotate(daskabsp={"fit": fit_id, "round": "0", "quorum": 1}):
-            a = client.submit(run_partition, prog, params, X, y, None, **kw, key=(prefix, 0),
+            a = client.submit(run_partition, PROG, PARAMS, X, y, None, **kw, key=(prefix, 0),
                               workers=[workers[0]])
-            b = client.submit(run_partition, prog, params, X, y, None, **kw, key=(prefix, 1),
+            b = client.submit(run_partition, PROG, PARAMS, X, y, None, **kw, key=(prefix, 1),
                               workers=[workers[1]], allow_other_workers=True)
         assert a.result().rows == X.shape[0]
         # a's finish stopped the round; workers[1] reported b idle (still queued there)
-        deadline = time.monotonic() + 30
-        while b.key not in client.run_on_scheduler(_round_idle, rid):
-            assert time.monotonic() < deadline, "b was never reported idle"
-            time.sleep(0.01)
+        _poll(lambda: b.key in client.run_on_scheduler(_round_idle, rid),
+              "b was never reported idle")
         client.run_on_scheduler(_steal, b.key, workers[1], workers[2])
         late = b.result(timeout=60)
     finally:
@@ -112,16 +118,13 @@ def test_a_task_that_ends_its_round_stops_the_rest_of_it_on_its_worker(client, w
     worker at once: a task of the round queued behind it there returns without a row, with no
     stop from the scheduler (these tasks carry no round annotation, so none is sent)."""
     assert client.sync(ensure_plugins, client) == "scheduler"
-    rng = np.random.default_rng(1)
-    X = rng.standard_normal((20_000, 5))
-    y = (X[:, 0] > 0).astype(float)
-    prog, params = LogisticGD(), np.zeros(6)
+    X, y, *_ = _problem(1, 20_000)
     for ends_round in (True, False):
         rid = f"{uuid.uuid4().hex[:8]}:0"
         kw = dict(round_id=rid, cursor=0, quota=X.shape[0], ends_round=ends_round)
-        first = client.submit(run_partition, prog, params, X, y, None, **kw,
+        first = client.submit(run_partition, PROG, PARAMS, X, y, None, **kw,
                               workers=[workers[0]], priority=1, pure=False)
-        queued = client.submit(run_partition, prog, params, X, y, None, **kw,
+        queued = client.submit(run_partition, PROG, PARAMS, X, y, None, **kw,
                                workers=[workers[0]], pure=False)
         a, b = first.result(), queued.result()
         assert a.rows == X.shape[0] and not a.stopped
@@ -144,7 +147,5 @@ def test_rounds_of_a_departed_client_are_forgotten(cluster, client):
         assert f"{fit_id}:0" in client.run_on_scheduler(_plugin_rounds)
     # close() waits for the scheduler's reply, so remove_client has usually run by now; it
     # gives up after ~2 s, though, which a busy machine can take.
-    deadline = time.monotonic() + 30
-    while f"{fit_id}:0" in client.run_on_scheduler(_plugin_rounds):
-        assert time.monotonic() < deadline, "the departed client's round was not forgotten"
-        time.sleep(0.01)
+    _poll(lambda: f"{fit_id}:0" not in client.run_on_scheduler(_plugin_rounds),
+          "the departed client's round was not forgotten")
