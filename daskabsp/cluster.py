@@ -3,15 +3,37 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import threading
+from collections.abc import Iterator
 
+import dask.config
 import distributed
 
 logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _embedded: distributed.Client | None = None
+
+#: Dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536`` (to hand freed memory
+#: back to the OS), and setting any malloc threshold turns glibc's adaptive mmap threshold
+#: off: every temporary over 128 KiB is then a fresh ``mmap``, and freed heap memory goes back
+#: to the OS at once, so the pages of the next chunk's temporaries fault in again. A partition
+#: scan makes such temporaries in every chunk; measured on a 200 000 x 20 000 sparse logistic
+#: fit on 2 workers: 7.97 s with Dask's setting, 4.60 s without (compute per round 0.31 vs
+#: 0.16 s). An mmap threshold at glibc's adaptive ceiling (32 MiB) and 64 MiB kept at the top
+#: of each heap when trimming restore that speed, also when the environment already holds
+#: Dask's value (which the nanny copies into its own process, and which outranks the config).
+MALLOC_ENVIRON = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TOP_PAD_": str(64 << 20)}
+
+
+@contextlib.contextmanager
+def fast_malloc() -> Iterator[None]:
+    """Worker processes started inside this block use :data:`MALLOC_ENVIRON`."""
+    with dask.config.set({f"distributed.nanny.pre-spawn-environ.{k}": v
+                          for k, v in MALLOC_ENVIRON.items()}):
+        yield
 
 
 def get_client() -> distributed.Client:
@@ -32,7 +54,8 @@ def embedded_client() -> distributed.Client:
     global _embedded
     with _lock:
         if _embedded is None or _embedded.status in ("closed", "closing"):
-            cluster = distributed.LocalCluster(processes=True)
+            with fast_malloc():
+                cluster = distributed.LocalCluster(processes=True)
             _embedded = distributed.Client(cluster, set_as_default=False)
             atexit.register(close_embedded)
             logger.info(

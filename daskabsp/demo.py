@@ -9,6 +9,7 @@ import argparse
 
 import numpy as np
 
+from .cluster import fast_malloc
 from .driver import fit
 from .programs import LogisticGD
 from .stragglers import slow_workers
@@ -41,7 +42,8 @@ def run(n_rows: int, n_features: int, slowdown: float, workers: int, tolerance: 
     program = LogisticGD(C=C)
     target = optimum(X, y, C) * (1 + tolerance)
     rows = []
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True) as cluster, \
+    with fast_malloc(), \
+            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True) as cluster, \
             Client(cluster) as client:
         print(f"Dask dashboard: {client.dashboard_link}  (open it to watch the rounds)")
         slow = sorted(client.scheduler_info()["workers"])[0]
