@@ -165,6 +165,7 @@ def run_partition(
     is_set = flag.is_set
     n = X.shape[0]
     acc = program.new_stats(params)
+    params = program.prepare(params)
     accumulate = program.accumulate
     perf_counter = time.perf_counter
     sleep = time.sleep

@@ -10,6 +10,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 from daskabsp.programs import LinearNewton, MultinomialNewton
+from daskabsp.programs.newton import hessian_limit
 
 from ._classes import encode_targets
 from ._classifier import LinearClassifierPredictMixin
@@ -151,10 +152,10 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
         l2 = 1.0 / (self.C * t.weight_sum)
         if K == 2:
             program = LinearNewton(loss="logistic", l2=l2, fit_intercept=self.fit_intercept,
-                                   tol=self.tol)
+                                   tol=self.tol, max_hessian=hessian_limit(data.n_samples))
         else:
             program = MultinomialNewton(n_classes=K, l2=l2, fit_intercept=self.fit_intercept,
-                                        tol=self.tol)
+                                        tol=self.tol, max_hessian=hessian_limit(data.n_samples))
         n_params = program.shape(d)[1]
         res = self._run_engine(program, data, t.codes, t.weights, max_iter=self.max_iter,
                                n_params=n_params)

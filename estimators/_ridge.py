@@ -8,6 +8,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from daskabsp.programs import LinearNewton
+from daskabsp.programs.newton import hessian_limit
 
 from ._engine import EngineMixin
 from ._inputs import validate_fit
@@ -108,7 +109,8 @@ class Ridge(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator):
             total = float(sw.sum().compute() if data.lazy else sw.sum())
         d = data.X.shape[1]
         program = LinearNewton(loss="squared", l2=self.alpha / max(total, 1e-300),
-                               fit_intercept=self.fit_intercept, tol=self.tol)
+                               fit_intercept=self.fit_intercept, tol=self.tol,
+                               max_hessian=hessian_limit(data.n_samples))
         max_iter = 100 if self.max_iter is None else self.max_iter
         res = self._run_engine(program, data, y, sw, max_iter=max_iter,
                                n_params=program.shape(d)[1])

@@ -7,6 +7,7 @@ from numbers import Integral, Real
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from daskabsp.programs import LinearNewton
+from daskabsp.programs.newton import hessian_limit
 
 from ._classes import encode_targets
 from ._classifier import LinearClassifierPredictMixin
@@ -140,7 +141,7 @@ class LinearSVC(LinearClassifierPredictMixin, ClassifierMixin, EngineMixin, Base
         program = LinearNewton(
             loss=self.loss, n_blocks=1 if K == 2 else K, l2=l2,
             l2_intercept=l2 / self.intercept_scaling ** 2, fit_intercept=self.fit_intercept,
-            tol=self.tol,
+            tol=self.tol, max_hessian=hessian_limit(data.n_samples),
         )
         res = self._run_engine(program, data, t.codes, t.weights, max_iter=self.max_iter,
                                n_params=program.shape(d)[1])

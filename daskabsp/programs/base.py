@@ -87,6 +87,13 @@ class Program(ABC):
         """Return what the partition tasks need from ``state`` (default: the state itself)."""
         return state
 
+    def prepare(self, params: Any) -> Any:
+        """What :meth:`accumulate` receives as ``params`` in a partition task, made once per
+        task from the round's ``params`` (default: ``params`` unchanged). The place for work
+        that would otherwise be repeated in every chunk, such as a contiguous copy of a
+        transposed coefficient matrix."""
+        return params
+
     @abstractmethod
     def new_stats(self, params: Any) -> np.ndarray:
         """Return a zeroed statistics accumulator (a float64 array) for ``params``."""
@@ -121,6 +128,16 @@ class Program(ABC):
         if not parts:
             return self.new_stats(params)
         return self.combine([p.stats for p in parts])
+
+    def full_round(self, state: Any) -> bool:
+        """Whether the next round must cover every row, whatever the policy (default: no).
+
+        A program returns True when the partial rounds of A-BSP can no longer move it towards
+        its optimum (for example when the progress a round predicts is within the sampling
+        noise of the rows it saw): the engine then runs the round as BSP would, every
+        partition scanning all its rows from its cursor, nobody stopped.
+        """
+        return False
 
     def converged(self, state: Any) -> bool | None:
         """Whether the fit has converged at ``state`` (after an update).

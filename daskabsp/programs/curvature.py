@@ -1,9 +1,13 @@
-"""Second-order statistics stored flat: a full Hessian, per-class diagonal blocks, or a diagonal.
+"""Second-order information of a Newton program: a full Hessian, or limited-memory curvature.
 
-A Newton program's partition statistics hold the Hessian of the loss over the rows processed.
-Its full form has ``m^2`` entries for ``m`` parameters; when that is too large to ship every
-round the programs keep only diagonal blocks (one per class of a multinomial model) or the
-diagonal, and the Newton step becomes a quasi-Newton step with that approximation.
+A Newton program's partition statistics hold second-order information over the rows they
+processed. Up to a few hundred parameters per block that is the whole Hessian (``m^2``
+floats; a few Newton rounds reach the optimum). Above, the Hessian costs ``m^2`` work per row
+and ``m^2`` floats per task, which dwarfs the gradient's ``m``: the statistics then hold only
+the Hessian's **diagonal** and one **Hessian-vector product** with the last step, both
+additive over rows and about one gradient pass of work, and the driver keeps an L-BFGS
+memory of those products (stochastic quasi-Newton with Hessian-vector pairs: Byrd, Hansen,
+Nocedal and Singer, SIAM J. Optim. 2016), started from the diagonal (Jacobi) scaling.
 """
 
 from __future__ import annotations
@@ -15,60 +19,52 @@ import numpy as np
 
 from .trust_region import newton_direction
 
+#: Curvature pairs kept per block by the L-BFGS memory.
+MEMORY = 10
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class Curvature:
-    """The layout of the (approximate) Hessian of ``m`` parameters.
+    """The layout of a block's second-order statistics, and the Newton direction they give.
 
     Parameters
     ----------
-    kind : {"full", "blocks", "diag"}
-        The whole ``m x m`` matrix, ``n_blocks`` diagonal blocks of ``m / n_blocks`` rows
-        each, or the diagonal.
+    kind : {"full", "lbfgs"}
+        The whole ``m x m`` Hessian, or its diagonal followed by one Hessian-vector product
+        (``2 m`` floats).
     m : int
         Number of parameters.
-    n_blocks : int, default=1
-        Number of diagonal blocks (``kind="blocks"``).
     flat : tuple of int, default=()
         Parameters whose sum the objective does not depend on (the intercepts of a
         multinomial model): the full Hessian is singular along that direction, and steps keep
         the sum unchanged.
+    pairs : tuple of (ndarray, ndarray), default=()
+        L-BFGS memory, oldest first: steps ``s`` and the objective's Hessian times ``s``
+        (penalty included), for ``kind="lbfgs"``.
     """
 
-    kind: Literal["full", "blocks", "diag"]
+    kind: Literal["full", "lbfgs"]
     m: int
-    n_blocks: int = 1
     flat: tuple[int, ...] = ()
+    pairs: tuple[tuple[np.ndarray, np.ndarray], ...] = ()
 
     @property
     def size(self) -> int:
         """Number of floats stored."""
-        if self.kind == "full":
-            return self.m * self.m
-        if self.kind == "blocks":
-            q = self.m // self.n_blocks
-            return self.n_blocks * q * q
-        return self.m
-
-    def _blocks(self, h: np.ndarray) -> np.ndarray:
-        q = self.m // self.n_blocks
-        return h.reshape(self.n_blocks, q, q)
+        return self.m * self.m if self.kind == "full" else 2 * self.m
 
     def matvec(self, h: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """``H v`` for the stored ``h``."""
-        if self.kind == "full":
-            return h.reshape(self.m, self.m) @ v
-        if self.kind == "blocks":
-            q = self.m // self.n_blocks
-            return np.einsum("kij,kj->ki", self._blocks(h), v.reshape(self.n_blocks, q)).ravel()
-        return h * v
+        """``H v`` for the stored full Hessian ``h``."""
+        if self.kind != "full":
+            raise ValueError("matvec needs the full Hessian")
+        return h.reshape(self.m, self.m) @ v
 
     def quad(self, h: np.ndarray, v: np.ndarray, reg: np.ndarray) -> float:
-        """``v.(H + diag(reg)).v``."""
+        """``v.(H + diag(reg)).v`` for the stored full Hessian ``h``."""
         return float(v @ self.matvec(h, v) + v @ (reg * v))
 
     def direction(self, h: np.ndarray, reg: np.ndarray, g: np.ndarray) -> np.ndarray:
-        """The Newton direction ``-(H + diag(reg))^-1 g``."""
+        """The (quasi-)Newton direction ``-(H + diag(reg))^-1 g``."""
         if self.kind == "full":
             H = h.reshape(self.m, self.m) + np.diag(reg)
             if self.flat:
@@ -77,15 +73,38 @@ class Curvature:
                 idx = np.asarray(self.flat)
                 H[np.ix_(idx, idx)] += np.trace(H) / self.m / len(idx)
             return newton_direction(g, H)
-        if self.kind == "blocks":
-            q = self.m // self.n_blocks
-            blocks = self._blocks(h).copy()
-            out = np.empty(self.m)
-            for k in range(self.n_blocks):
-                sl = slice(k * q, (k + 1) * q)
-                blocks[k][np.diag_indices(q)] += reg[sl]
-                out[sl] = newton_direction(g[sl], blocks[k])
-            return out
-        d = h + reg
-        safe = d > 0
-        return np.where(safe, -g / np.where(safe, d, 1.0), 0.0)
+        return -lbfgs_solve(self.pairs, diagonal(h[:self.m] + reg), g)
+
+
+def diagonal(d: np.ndarray) -> np.ndarray:
+    """A positive initial diagonal: entries at or below zero (a feature absent from the rows
+    seen) get the median positive entry."""
+    pos = d[d > 0]
+    fill = float(np.median(pos)) if pos.size else 1.0
+    return np.where(d > 0, d, fill)
+
+
+def lbfgs_solve(pairs, d0: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """``B^-1 g`` for the BFGS matrix ``B`` built from ``diag(d0)`` and ``pairs`` (the
+    two-loop recursion, Nocedal and Wright, *Numerical Optimization*, Algorithm 7.4)."""
+    q = g.copy()
+    alphas = []
+    for s, y in reversed(pairs):
+        rho = 1.0 / float(y @ s)
+        a = rho * float(s @ q)
+        q -= a * y
+        alphas.append((rho, a, s, y))
+    r = q / d0
+    for rho, a, s, y in reversed(alphas):
+        b = rho * float(y @ r)
+        r += (a - b) * s
+    return r
+
+
+def add_pair(pairs, s: np.ndarray, y: np.ndarray):
+    """The memory with the pair ``(s, y)`` added (oldest dropped past :data:`MEMORY`), or
+    unchanged when the pair carries no usable curvature."""
+    sy = float(s @ y)
+    if not (sy > 1e-12 * float(s @ s) and np.isfinite(sy)):
+        return pairs
+    return (*pairs, (s, y))[-MEMORY:]

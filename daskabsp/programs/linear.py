@@ -10,18 +10,26 @@ import scipy.sparse as sp
 from . import glm_losses
 from .newton import NewtonProgram, NewtonState
 
+#: Dense chunks estimate the Hessian's diagonal from every this many rows: it only scales
+#: the L-BFGS steps, and over all rows it cost a third of a multinomial chunk's work.
+DIAGONAL_STRIDE = 8
 
-def _gram_into(hess: np.ndarray, X, d2: np.ndarray, fit_intercept: bool, kind: str) -> None:
-    """Add ``[X 1]^T diag(d2) [X 1]`` (or its diagonal) into the flat ``hess``."""
+
+def diagonal_sums(X, D: np.ndarray) -> np.ndarray:
+    """``(X * X)^T D``: per feature, the rows' squared values weighted by each column of ``D``.
+
+    For CSR chunks exact (``nnz`` work); for dense chunks estimated from every
+    :data:`DIAGONAL_STRIDE`-th row, scaled to the chunk (unbiased).
+    """
+    if sp.issparse(X):
+        return np.asarray(X.multiply(X).T @ D)
+    Xs = X[::DIAGONAL_STRIDE]
+    return (Xs * Xs).T @ D[::DIAGONAL_STRIDE] * (X.shape[0] / Xs.shape[0])
+
+
+def _gram_into(hess: np.ndarray, X, d2: np.ndarray, fit_intercept: bool) -> None:
+    """Add ``[X 1]^T diag(d2) [X 1]`` into the flat ``hess``."""
     p = X.shape[1] + int(fit_intercept)
-    if kind == "diag":
-        if sp.issparse(X):
-            hess[:X.shape[1]] += np.asarray(X.multiply(X).T @ d2).ravel()
-        else:
-            hess[:X.shape[1]] += np.einsum("ij,ij,i->j", X, X, d2)
-        if fit_intercept:
-            hess[-1] += d2.sum()
-        return
     H = hess.reshape(p, p)
     d = X.shape[1]
     if sp.issparse(X):
@@ -99,17 +107,19 @@ class LinearNewton(NewtonProgram):
         return self.n_blocks, n_features + int(self.fit_intercept)
 
     def accumulate(self, acc, params, X, y, sample_weight) -> None:
-        theta, width = params
+        p = self.prepare(params)
+        theta, width, probe = p.theta, p.width, p.probe
         fn = glm_losses.LOSSES[self.loss]
         d = X.shape[1]
-        coef = theta[:, :d]
-        Z = X @ coef.T
-        if self.fit_intercept:
-            Z += theta[:, d]
+        B = theta.shape[0]
+        # With L-BFGS curvature the probe's scores come from the same product as the model's.
+        Z = self.scores(p, X)
         n = X.shape[0]
         acc[0] += n
         acc[1] += n if sample_weight is None else sample_weight.sum()
-        kind = self.curvature(theta.shape[1]).kind
+        if probe is not None:
+            R = np.empty((n, 2 * B))  # per block: d1, then d2 times the probe's score
+            D2 = np.empty((n, B))
         for b, (loss, sq, rep, grad, hess) in enumerate(self.block_views(acc, theta)):
             t = y if self.n_blocks == 1 else (y == b).astype(np.float64)
             z = Z[:, b]
@@ -125,11 +135,34 @@ class LinearNewton(NewtonProgram):
             rep[0] += (glm_losses.hinge(z, t) @ (sample_weight if sample_weight is not None
                                                  else np.ones(n))
                        if self.smoothed else wl.sum())
+            if probe is not None:
+                R[:, b] = d1
+                R[:, B + b] = d2 * Z[:, B + b]
+                D2[:, b] = d2
+                continue
             g = X.T @ d1
             grad[:d] += np.asarray(g).ravel()
             if self.fit_intercept:
                 grad[d] += d1.sum()
-            _gram_into(hess, X, d2, self.fit_intercept, kind)
+            _gram_into(hess, X, d2, self.fit_intercept)
+        if probe is not None:
+            self._lbfgs_stats(acc, theta, X, R, D2)
+
+    def _lbfgs_stats(self, acc, theta, X, R, D2) -> None:
+        """Add the gradients, Hessian diagonals and Hessian-vector products of all blocks,
+        from two products with ``X`` (``R``: per-row gradient and probe weights)."""
+        d, B = X.shape[1], theta.shape[0]
+        m = theta.shape[1]
+        GV = np.asarray(X.T @ R)
+        Dg = diagonal_sums(X, D2)
+        for b, (_l, _s, _r, grad, hess) in enumerate(self.block_views(acc, theta)):
+            grad[:d] += GV[:, b]
+            hess[:d] += Dg[:, b]
+            hess[m:m + d] += GV[:, B + b]
+            if self.fit_intercept:
+                grad[d] += R[:, b].sum()
+                hess[d] += D2[:, b].sum()
+                hess[m + d] += R[:, B + b].sum()
 
     def full_objective(self, state_or_theta, X, y, sample_weight=None) -> float:
         """The exact objective (mean scale) at the given parameters over in-memory data."""

@@ -12,6 +12,7 @@ from scipy.special import logsumexp
 from .base import PartitionStats
 from .curvature import Curvature
 from .cycles import RoundStats
+from .linear import diagonal_sums
 from .newton import NewtonProgram, NewtonState
 
 
@@ -26,10 +27,9 @@ class MultinomialNewton(NewtonProgram):
     values, class by class.
 
     The Hessian of ``K`` classes and ``p`` parameters per class has ``(K p)^2`` entries.
-    Up to ``max_hessian`` parameters it is used whole; above, only its ``K`` diagonal blocks
-    (the coupling between classes is dropped), and above ``max_hessian`` parameters per class
-    only its diagonal. Both approximations keep the trust-region safeguard but converge
-    linearly rather than quadratically.
+    Up to ``max_hessian`` parameters it is used whole; above, the partitions compute its
+    diagonal and its product with the last step (the coupling between classes included), and
+    the driver takes L-BFGS steps (:mod:`~daskabsp.programs.curvature`).
 
     Parameters
     ----------
@@ -63,9 +63,7 @@ class MultinomialNewton(NewtonProgram):
             else ()
         if m <= self.max_hessian:
             return Curvature("full", m, flat=flat)
-        if p <= self.max_hessian:
-            return Curvature("blocks", m, n_blocks=K)
-        return Curvature("diag", m)
+        return Curvature("lbfgs", m)
 
     def project(self, theta: np.ndarray) -> np.ndarray:
         """Unpenalised intercepts are defined up to a common constant: centre them (as the
@@ -90,15 +88,24 @@ class MultinomialNewton(NewtonProgram):
             Z += W[:, d]
         return Z
 
+    def score_coefficients(self, theta: np.ndarray) -> np.ndarray:
+        return theta[0].reshape(self.n_classes, -1)
+
     def accumulate(self, acc, params, X, y, sample_weight) -> None:
-        theta, _width = params
+        tp = self.prepare(params)
+        theta, probe = tp.theta, tp.probe
         K = self.n_classes
-        W = theta[0].reshape(K, -1)
-        p = W.shape[1]
+        p = theta.shape[1] // K
         n = X.shape[0]
-        Z = self._scores(W, X)
-        lse = logsumexp(Z, axis=1)
-        P = np.exp(Z - lse[:, None])
+        Z = self.scores(tp, X)
+        if probe is not None:
+            Z, V = Z[:, :K], Z[:, K:]
+        # logsumexp by hand: scipy's costs twice this in the hot loop
+        zmax = Z.max(axis=1)
+        P = np.exp(Z - zmax[:, None])
+        psum = P.sum(axis=1)
+        P /= psum[:, None]
+        lse = zmax + np.log(psum)
         yi = y.astype(np.intp)
         lv = lse - Z[np.arange(n), yi]
         s = np.ones(n) if sample_weight is None else sample_weight
@@ -114,23 +121,28 @@ class MultinomialNewton(NewtonProgram):
         G *= s[:, None]
         g = grad.reshape(K, p)
         d = X.shape[1]
+        sP = P * s[:, None]
+        if probe is not None:
+            # Row i's Hessian times the probe, in score space: s_i (P_i * v_i - P_i (P_i . v_i)).
+            U = sP * (V - (P * V).sum(axis=1, keepdims=True))
+            GU = np.asarray(X.T @ np.hstack([G, U]))
+            Dm = sP * (1.0 - P)
+            dg = hess[:K * p].reshape(K, p)
+            hv = hess[K * p:].reshape(K, p)
+            g[:, :d] += GU[:, :K].T
+            hv[:, :d] += GU[:, K:].T
+            dg[:, :d] += diagonal_sums(X, Dm).T
+            if self.fit_intercept:
+                g[:, d] += G.sum(axis=0)
+                hv[:, d] += U.sum(axis=0)
+                dg[:, d] += Dm.sum(axis=0)
+            return
         g[:, :d] += np.asarray(X.T @ G).T
         if self.fit_intercept:
             g[:, d] += G.sum(axis=0)
         Xt = X.toarray() if sp.issparse(X) else X
         if self.fit_intercept:
             Xt = np.hstack([Xt, np.ones((n, 1))])
-        kind = self.curvature(theta.shape[1]).kind
-        sP = P * s[:, None]
-        if kind == "diag":
-            h = hess.reshape(K, p)
-            h += (sP * (1.0 - P)).T @ (Xt * Xt)
-            return
-        if kind == "blocks":
-            h = hess.reshape(K, p, p)
-            for k in range(K):
-                h[k] += Xt.T @ (Xt * (sP[:, k] * (1.0 - P[:, k]))[:, None])
-            return
         H = hess.reshape(K * p, K * p)
         for k in range(K):
             H[k * p:(k + 1) * p, k * p:(k + 1) * p] += Xt.T @ (Xt * sP[:, k:k + 1])
