@@ -10,6 +10,7 @@ aggregates the counted statistics weighted by rows, and applies the program's up
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -23,6 +24,7 @@ import dask
 import distributed
 import numpy as np
 import xarray as xr
+from dask.sizeof import sizeof
 from dask.utils import apply
 from distributed import as_completed
 from distributed.client import FutureCancelledError
@@ -41,7 +43,6 @@ from .validation import check_data, check_int, check_quota, check_real
 logger = logging.getLogger(__name__)
 
 _ROUND_ATTEMPTS = 3
-_INLINE_PARAMS_BYTES = 1_000_000
 _ready: dict[str, str] = {}  # client id -> how stops are sent (see ensure_plugins)
 _warned_fallback = False
 
@@ -304,13 +305,16 @@ class _Fit:
                 next_check = time.perf_counter() + interval
             for attempt in range(_ROUND_ATTEMPTS):
                 rid = f"{self.fit_id}:{r}" + (f".{attempt}" if attempt else "")
-                futs = self._submit(parts, params, rid, r, quorum, cursors, quotas,
-                                    chunk_rows, staleness, assign)
+                futs = []
                 try:
-                    if quorum and self.signal != "scheduler":
-                        await self._driver_stop(futs, rid, quorum)
-                    results = await self._collect(
-                        futs, rid, cursors, settle=bool(quorum) and self.signal == "scheduler")
+                    async with self._round_params(params, rid) as arg:
+                        futs = self._submit(parts, arg, rid, quorum, cursors, quotas,
+                                            chunk_rows, staleness, assign)
+                        if quorum and self.signal != "scheduler":
+                            await self._driver_stop(futs, rid, quorum)
+                        results = await self._collect(
+                            futs, rid, cursors,
+                            settle=bool(quorum) and self.signal == "scheduler")
                     break
                 except (KilledWorker, FutureCancelledError) as e:
                     logger.warning("daskabsp: round %d failed (%r); retrying", r, e)
@@ -388,15 +392,34 @@ class _Fit:
         return FitResult(coef=np.asarray(program.coefficients(state)), state=state,
                          history=history, n_iter=len(rids), converged=converged)
 
-    def _submit(self, parts, params, rid, r, quorum, cursors, quotas, chunk_rows, staleness,
-                assign):
-        client, program = self.client, self.program
-        arg = params
-        if getattr(params, "nbytes", 0) > _INLINE_PARAMS_BYTES:
-            arg = client.scatter(params, broadcast=True, hash=False)
-        prefix = f"daskabsp-{program.name}-{self.fit_id}-{r:05d}"
+    def _prefix(self, rid: str, what: str = "") -> str:
+        """The key prefix of round ``rid``'s tasks (``what`` names other keys of the round)."""
+        r = int(rid.split(":", 1)[1].split(".", 1)[0])
+        prefix = f"daskabsp-{self.program.name}{what}-{self.fit_id}-{r:05d}"
         if "." in rid:
             prefix += "-retry" + rid.rsplit(".", 1)[1]
+        return prefix
+
+    @contextlib.asynccontextmanager
+    async def _round_params(self, params, rid: str):
+        """``params`` as round ``rid``'s tasks take them: inline, or, when larger than
+        ``daskabsp.inline-params``, scattered once for the round (every task then depends on
+        that one key instead of carrying a copy) and released when the round is over."""
+        if sizeof(params) <= _config.nbytes("inline-params"):
+            yield params
+            return
+        key = self._prefix(rid, "-params")
+        # A dict, because scatter would split a tuple of parameters into one key per item.
+        fut = (await self.client.scatter({key: params}, broadcast=True, hash=False))[key]
+        try:
+            yield fut
+        finally:
+            fut.release()
+
+    def _submit(self, parts, params, rid, quorum, cursors, quotas, chunk_rows, staleness,
+                assign):
+        program = self.program
+        prefix = self._prefix(rid)
         ann = {"fit": self.fit_id, "round": rid.split(":", 1)[1], "quorum": quorum}
         futs = []
         with distributed.span("daskabsp", f"{program.name}-{self.fit_id}"), \
@@ -405,7 +428,7 @@ class _Fit:
             # last round go first, so a partition queued behind another does not starve.
             for p in sorted(range(len(parts)), key=lambda p: -staleness[p]):
                 futs.append(self._submit_call(
-                    "run", run_partition, self._program_arg(), arg, parts.X[p], parts.y[p],
+                    "run", run_partition, self._program_arg(), params, parts.X[p], parts.y[p],
                     parts.sample_weight[p], round_id=rid, cursor=cursors[p], quota=quotas[p],
                     chunk_rows=chunk_rows[p], chunk_target=self.chunk_target,
                     ends_round=quorum == 1,
