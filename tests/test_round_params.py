@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import dask
 import numpy as np
@@ -113,3 +114,17 @@ def test_kmeans_with_centers_over_the_inline_size_fits_and_predicts(client, reco
     assert len(rounds) == km.n_iter_
     assert all(len(d) == 1 for deps in rounds.values() for d in deps)
 
+
+def test_kmeans_parallel_sends_the_candidates_once_per_pass(client, recorder):
+    """k-means|| passes the candidate centers (megabytes for hundreds of clusters) to every
+    block: one scattered key per pass, not a copy in each task."""
+    X, _ = make_blobs(4000, 5, centers=3, random_state=0)
+    KMeans(3, n_partitions=4, random_state=0).fit(X)
+    tasks = [(key, deps) for kind, key, *deps in recorder() if kind == "task"
+             and str(key).startswith(("_top_rows-", "_nearest_weights-"))]
+    candidates: Counter[str] = Counter()
+    for _key, (deps,) in tasks:
+        (c,) = [d for d in deps if d.startswith("ndarray-")]
+        candidates[c] += 1
+    assert len(candidates) >= 2  # a sampling pass and the weighing pass at least
+    assert set(candidates.values()) == {4}  # each shared by the 4 blocks of its pass
