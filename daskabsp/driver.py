@@ -33,7 +33,7 @@ from distributed.scheduler import KilledWorker
 from . import _config
 from .cluster import get_client
 from .history import HistoryRecorder
-from .partitions import Partitions, check_finite_block, is_dask, place, row_chunks
+from .partitions import Partitions, check_finite_block, is_dask, place, row_chunks, wait_all
 from .plugins import AbspSchedulerPlugin, AbspWorkerPlugin, stop_on_worker
 from .policies import Policy, as_policy
 from .programs.base import PartitionStats, Program
@@ -156,7 +156,13 @@ def fit(
                record_params=record_params, callback=callback)
     if client.asynchronous:
         return run.run()
-    return client.sync(run.run)
+    try:
+        return client.sync(run.run)
+    except KeyboardInterrupt:
+        # sync() has cancelled the fit and raised at once: wait until the round it was
+        # running has been told to stop, so that none of its tasks goes on computing.
+        client.sync(run.halt)
+        raise
 
 
 async def ensure_plugins(client: distributed.Client) -> str:
@@ -234,6 +240,8 @@ class _Fit:
         self.record_params = record_params
         self.callback = callback
         self.fit_id = uuid.uuid4().hex[:8]
+        self._in_flight: str | None = None  # the round whose tasks may be running
+        self._halted: asyncio.Future | None = None
 
     async def run(self) -> FitResult:
         client, policy = self.client, self.policy
@@ -261,9 +269,38 @@ class _Fit:
         finally:
             del parts
 
+    def halt(self) -> asyncio.Future:
+        """Stop the round in flight, if any, on every worker; call on the client's loop.
+
+        For a fit that was interrupted or cancelled: Dask cannot interrupt a running task, and
+        releasing its future would leave it computing its whole quota; with its round's stop
+        flag set it returns at its next chunk. Stops once; later calls wait for the same stop.
+        """
+        if self._halted is None:
+            self._halted = asyncio.ensure_future(self._stop_everywhere(self._in_flight))
+        return self._halted
+
+    async def _stop_everywhere(self, rid: str | None) -> None:
+        if rid is None:
+            return
+        try:
+            await self.client.run(stop_on_worker, [rid])
+        except Exception as e:  # e.g. the client is closing: its tasks are released anyway
+            logger.debug("daskabsp: could not stop round %s: %r", rid, e)
+
+    async def _gather(self, futs) -> list:
+        """``client.gather(futs)``, entered once they are all done.
+
+        A gather cancelled while it waits (Ctrl-C) leaves distributed's waiters behind, which
+        raise ``AllExit`` when the futures are released ("Task exception was never
+        retrieved"); the waiters of :func:`~daskabsp.partitions.wait_all` end quietly.
+        """
+        await wait_all(self.client, futs)
+        return await self.client.gather(futs)
+
     async def _check_finite(self, parts: Partitions) -> None:
         checks = [self._submit_call("check", check_finite_block, x, key=None) for x in parts.X]
-        ok = await self.client.gather(checks)
+        ok = await self._gather(checks)
         if not all(bool(o[0]) for o in ok):
             raise ValueError("Input X contains NaN or infinity.")
 
@@ -306,6 +343,7 @@ class _Fit:
             for attempt in range(_ROUND_ATTEMPTS):
                 rid = f"{self.fit_id}:{r}" + (f".{attempt}" if attempt else "")
                 futs = []
+                self._in_flight = rid
                 try:
                     async with self._round_params(params, rid) as arg:
                         futs = self._submit(parts, arg, rid, quorum, cursors, quotas,
@@ -323,6 +361,10 @@ class _Fit:
                         parts = await place(client, *self.data, sizes)
                     if attempt == _ROUND_ATTEMPTS - 1:
                         raise
+                except asyncio.CancelledError:  # Ctrl-C, or the caller cancelled the fit
+                    await self.halt()
+                    raise
+            self._in_flight = None
             rids.append(rid)
             del futs
 
@@ -458,9 +500,9 @@ class _Fit:
         round's other partitions, or behind another job's task) computes nothing, so it gets an
         empty result here and its future is released, usually before it runs."""
         if not settle:
-            return await self.client.gather(futs)
+            return await self._gather(futs)
         idle = dict(await self.client.scheduler.daskabsp_settled(round=rid) or ())
-        got = iter(await self.client.gather([f for f in futs if f.key not in idle]))
+        got = iter(await self._gather([f for f in futs if f.key not in idle]))
         return [idle_result(cursors[p], idle[f.key]) if f.key in idle else next(got)
                 for p, f in enumerate(futs)]
 
