@@ -22,3 +22,8 @@ def get(key: str):
 def seconds(key: str) -> float:
     """Return a duration configuration value in seconds."""
     return dask.utils.parse_timedelta(get(key), default="s")
+
+
+def nbytes(key: str) -> int:
+    """Return a size configuration value in bytes."""
+    return dask.utils.parse_bytes(get(key))

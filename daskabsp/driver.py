@@ -10,6 +10,7 @@ aggregates the counted statistics weighted by rows, and applies the program's up
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -23,6 +24,7 @@ import dask
 import distributed
 import numpy as np
 import xarray as xr
+from dask.sizeof import sizeof
 from dask.utils import apply
 from distributed import as_completed
 from distributed.client import FutureCancelledError
@@ -31,7 +33,7 @@ from distributed.scheduler import KilledWorker
 from . import _config
 from .cluster import get_client
 from .history import HistoryRecorder
-from .partitions import Partitions, check_finite_block, is_dask, place, row_chunks
+from .partitions import Partitions, check_finite_block, is_dask, place, row_chunks, wait_all
 from .plugins import AbspSchedulerPlugin, AbspWorkerPlugin, stop_on_worker
 from .policies import Policy, as_policy
 from .programs.base import PartitionStats, Program
@@ -41,7 +43,6 @@ from .validation import check_data, check_int, check_quota, check_real
 logger = logging.getLogger(__name__)
 
 _ROUND_ATTEMPTS = 3
-_INLINE_PARAMS_BYTES = 1_000_000
 _ready: dict[str, str] = {}  # client id -> how stops are sent (see ensure_plugins)
 _warned_fallback = False
 
@@ -155,7 +156,13 @@ def fit(
                record_params=record_params, callback=callback)
     if client.asynchronous:
         return run.run()
-    return client.sync(run.run)
+    try:
+        return client.sync(run.run)
+    except KeyboardInterrupt:
+        # sync() has cancelled the fit and raised at once: wait until the round it was
+        # running has been told to stop, so that none of its tasks goes on computing.
+        client.sync(run.halt)
+        raise
 
 
 async def ensure_plugins(client: distributed.Client) -> str:
@@ -233,6 +240,8 @@ class _Fit:
         self.record_params = record_params
         self.callback = callback
         self.fit_id = uuid.uuid4().hex[:8]
+        self._in_flight: str | None = None  # the round whose tasks may be running
+        self._halted: asyncio.Future | None = None
 
     async def run(self) -> FitResult:
         client, policy = self.client, self.policy
@@ -260,9 +269,38 @@ class _Fit:
         finally:
             del parts
 
+    def halt(self) -> asyncio.Future:
+        """Stop the round in flight, if any, on every worker; call on the client's loop.
+
+        For a fit that was interrupted or cancelled: Dask cannot interrupt a running task, and
+        releasing its future would leave it computing its whole quota; with its round's stop
+        flag set it returns at its next chunk. Stops once; later calls wait for the same stop.
+        """
+        if self._halted is None:
+            self._halted = asyncio.ensure_future(self._stop_everywhere(self._in_flight))
+        return self._halted
+
+    async def _stop_everywhere(self, rid: str | None) -> None:
+        if rid is None:
+            return
+        try:
+            await self.client.run(stop_on_worker, [rid])
+        except Exception as e:  # e.g. the client is closing: its tasks are released anyway
+            logger.debug("daskabsp: could not stop round %s: %r", rid, e)
+
+    async def _gather(self, futs) -> list:
+        """``client.gather(futs)``, entered once they are all done.
+
+        A gather cancelled while it waits (Ctrl-C) leaves distributed's waiters behind, which
+        raise ``AllExit`` when the futures are released ("Task exception was never
+        retrieved"); the waiters of :func:`~daskabsp.partitions.wait_all` end quietly.
+        """
+        await wait_all(self.client, futs)
+        return await self.client.gather(futs)
+
     async def _check_finite(self, parts: Partitions) -> None:
         checks = [self._submit_call("check", check_finite_block, x, key=None) for x in parts.X]
-        ok = await self.client.gather(checks)
+        ok = await self._gather(checks)
         if not all(bool(o[0]) for o in ok):
             raise ValueError("Input X contains NaN or infinity.")
 
@@ -307,13 +345,16 @@ class _Fit:
                 next_check = time.perf_counter() + interval
             for attempt in range(_ROUND_ATTEMPTS):
                 rid = f"{self.fit_id}:{r}" + (f".{attempt}" if attempt else "")
-                futs = self._submit(parts, params, rid, r, q, cursors, round_quotas,
-                                    chunk_rows, staleness, assign)
+                futs = []
+                self._in_flight = rid
                 try:
-                    if q and self.signal != "scheduler":
-                        await self._driver_stop(futs, rid, q)
-                    results = await self._collect(
-                        futs, rid, cursors, settle=bool(q) and self.signal == "scheduler")
+                    async with self._round_params(params, rid) as arg:
+                        futs = self._submit(parts, arg, rid, q, cursors, round_quotas,
+                                            chunk_rows, staleness, assign)
+                        if q and self.signal != "scheduler":
+                            await self._driver_stop(futs, rid, q)
+                        results = await self._collect(
+                            futs, rid, cursors, settle=bool(q) and self.signal == "scheduler")
                     break
                 except (KilledWorker, FutureCancelledError) as e:
                     logger.warning("daskabsp: round %d failed (%r); retrying", r, e)
@@ -322,6 +363,10 @@ class _Fit:
                         parts = await place(client, *self.data, sizes)
                     if attempt == _ROUND_ATTEMPTS - 1:
                         raise
+                except asyncio.CancelledError:  # Ctrl-C, or the caller cancelled the fit
+                    await self.halt()
+                    raise
+            self._in_flight = None
             rids.append(rid)
             del futs
 
@@ -396,15 +441,34 @@ class _Fit:
         return FitResult(coef=np.asarray(program.coefficients(state)), state=state,
                          history=history, n_iter=len(rids), converged=converged)
 
-    def _submit(self, parts, params, rid, r, quorum, cursors, quotas, chunk_rows, staleness,
-                assign):
-        client, program = self.client, self.program
-        arg = params
-        if getattr(params, "nbytes", 0) > _INLINE_PARAMS_BYTES:
-            arg = client.scatter(params, broadcast=True, hash=False)
-        prefix = f"daskabsp-{program.name}-{self.fit_id}-{r:05d}"
+    def _prefix(self, rid: str, what: str = "") -> str:
+        """The key prefix of round ``rid``'s tasks (``what`` names other keys of the round)."""
+        r = int(rid.split(":", 1)[1].split(".", 1)[0])
+        prefix = f"daskabsp-{self.program.name}{what}-{self.fit_id}-{r:05d}"
         if "." in rid:
             prefix += "-retry" + rid.rsplit(".", 1)[1]
+        return prefix
+
+    @contextlib.asynccontextmanager
+    async def _round_params(self, params, rid: str):
+        """``params`` as round ``rid``'s tasks take them: inline, or, when larger than
+        ``daskabsp.inline-params``, scattered once for the round (every task then depends on
+        that one key instead of carrying a copy) and released when the round is over."""
+        if sizeof(params) <= _config.nbytes("inline-params"):
+            yield params
+            return
+        key = self._prefix(rid, "-params")
+        # A dict, because scatter would split a tuple of parameters into one key per item.
+        fut = (await self.client.scatter({key: params}, broadcast=True, hash=False))[key]
+        try:
+            yield fut
+        finally:
+            fut.release()
+
+    def _submit(self, parts, params, rid, quorum, cursors, quotas, chunk_rows, staleness,
+                assign):
+        program = self.program
+        prefix = self._prefix(rid)
         ann = {"fit": self.fit_id, "round": rid.split(":", 1)[1], "quorum": quorum}
         futs = []
         with distributed.span("daskabsp", f"{program.name}-{self.fit_id}"), \
@@ -413,7 +477,7 @@ class _Fit:
             # last round go first, so a partition queued behind another does not starve.
             for p in sorted(range(len(parts)), key=lambda p: -staleness[p]):
                 futs.append(self._submit_call(
-                    "run", run_partition, self._program_arg(), arg, parts.X[p], parts.y[p],
+                    "run", run_partition, self._program_arg(), params, parts.X[p], parts.y[p],
                     parts.sample_weight[p], round_id=rid, cursor=cursors[p], quota=quotas[p],
                     chunk_rows=chunk_rows[p], chunk_target=self.chunk_target,
                     ends_round=quorum == 1,
@@ -443,9 +507,9 @@ class _Fit:
         round's other partitions, or behind another job's task) computes nothing, so it gets an
         empty result here and its future is released, usually before it runs."""
         if not settle:
-            return await self.client.gather(futs)
+            return await self._gather(futs)
         idle = dict(await self.client.scheduler.daskabsp_settled(round=rid) or ())
-        got = iter(await self.client.gather([f for f in futs if f.key not in idle]))
+        got = iter(await self._gather([f for f in futs if f.key not in idle]))
         return [idle_result(cursors[p], idle[f.key]) if f.key in idle else next(got)
                 for p, f in enumerate(futs)]
 

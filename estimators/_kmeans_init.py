@@ -12,6 +12,7 @@ candidate by the rows nearest to it, and the weighted candidates are clustered i
 from __future__ import annotations
 
 import dask
+import distributed
 import numpy as np
 import scipy.sparse as sp
 from sklearn.cluster import KMeans as _LocalKMeans
@@ -38,6 +39,12 @@ def _top_rows(X, w, C, seed, ell):
 def _nearest_weights(X, w, C):
     labels = squared_distances(X, C).argmin(axis=1)
     return np.bincount(labels, weights=w, minlength=C.shape[0])
+
+
+def _shared(C: np.ndarray):
+    """``C`` scattered once, for a pass whose every block task takes it: passed as an array,
+    each task of the graph would carry its own copy (megabytes for hundreds of clusters)."""
+    return distributed.get_client().scatter(C, hash=False)
 
 
 def _first_row(wd, n: int, rng: np.random.RandomState) -> int:
@@ -83,7 +90,8 @@ def kmeans_parallel(Xd, wd, n_clusters: int, *, oversampling_factor: float, roun
     top = dask.delayed(_top_rows, pure=False)
     for _ in range(rounds):
         seeds = rng.randint(2**31 - 1, size=len(blocks))
-        found = dask.compute(*[top(b, w, C, int(s), ell)
+        Cs = _shared(C)
+        found = dask.compute(*[top(b, w, Cs, int(s), ell)
                                for b, w, s in zip(blocks, weights, seeds, strict=True)])
         rows = np.vstack([f[0] for f in found])
         keys = np.concatenate([f[1] for f in found])
@@ -92,7 +100,8 @@ def kmeans_parallel(Xd, wd, n_clusters: int, *, oversampling_factor: float, roun
         keep = np.argsort(-keys)[:ell]
         C = np.vstack([C, rows[keep]])
     nearest = dask.delayed(_nearest_weights, pure=False)
-    counts = np.sum(dask.compute(*[nearest(b, w, C)
+    Cs = _shared(C)
+    counts = np.sum(dask.compute(*[nearest(b, w, Cs)
                                    for b, w in zip(blocks, weights, strict=True)]), axis=0)
     if C.shape[0] <= n_clusters:
         extra = rng.choice(n, size=n_clusters - C.shape[0], replace=False) if \

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import site
 import socket
 import subprocess
 import sys
@@ -212,6 +213,8 @@ def test_ridge_and_svc_in_pipelines(client):
 
 def _builds_offline() -> bool:
     """Whether this interpreter can build a wheel without fetching build requirements."""
+    if importlib.util.find_spec("setuptools") is None:
+        return False  # e.g. a fresh virtualenv that installed only the test extras
     if importlib.util.find_spec("wheel") is not None:
         return True
     import setuptools
@@ -227,13 +230,33 @@ def _pypi_reachable() -> bool:
         return False
 
 
+def _see_this_interpreters_packages(venv: Path) -> None:
+    """Make the site-packages of the interpreter running the tests visible in ``venv``, after
+    the venv's own.
+
+    Not ``venv --system-site-packages``: run from inside a virtualenv, that exposes the base
+    interpreter's packages, not the virtualenv's where the dependencies are installed.
+    ``site.addsitedir`` also runs those directories' .pth files (editable installs).
+    """
+    dirs = site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE
+                                     else [])
+    line = "import site; " + "; ".join(f"site.addsitedir({d!r})" for d in dirs
+                                       if os.path.isdir(d))
+    purelib = subprocess.run(
+        [str(venv / "bin" / "python"), "-c",
+         "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True).stdout.strip()
+    (Path(purelib) / "_daskabsp_test_deps.pth").write_text(line + "\n")
+
+
 def test_wheel_installs_daskabsp_estimators(tmp_path):
     """Build a wheel of the checkout and import daskabsp.estimators from a fresh venv.
 
     The venv sees this interpreter's site-packages for the dependencies (``--no-deps``), but
     daskabsp itself comes from the wheel. The build runs without network when this
     interpreter can build wheels; otherwise pip fetches the build requirements, and the test
-    is skipped when PyPI cannot be reached.
+    is skipped when PyPI cannot be reached. Works whether this interpreter is a base one or
+    a virtualenv's.
     """
     wheels = tmp_path / "wheels"
     isolation = ["--no-build-isolation"] if _builds_offline() else []
@@ -243,8 +266,8 @@ def test_wheel_installs_daskabsp_estimators(tmp_path):
                     "-q", "-w", str(wheels), str(ROOT)], check=True, cwd=tmp_path)
     (wheel,) = wheels.glob("daskabsp-*.whl")
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
-                   check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    _see_this_interpreters_packages(venv)
     py = venv / "bin" / "python"
     # --ignore-installed: with the checkout also installed in the parent interpreter (as in
     # CI), pip would call the same version "already satisfied" and install nothing here.
