@@ -1,21 +1,25 @@
-"""Placing the training data on the cluster: one partition per row chunk, lineage-backed.
+"""Placing the training data on the cluster: one partition per row chunk.
 
-In-memory input (numpy, CSR) becomes a dask array with one row chunk per partition; dask input
-keeps its row chunks. The chunks are persisted once and each partition task receives the future
-of its own chunk, so the scheduler runs it where the data lives, and if a worker dies its chunk
-is recomputed elsewhere from the graph (scattered data would have no lineage).
+Dask input keeps its row chunks (rechunked if asked), persisted once with its lineage: a chunk
+a dead worker held is recomputed elsewhere. In-memory input (numpy, CSR) is split into row
+chunks scattered straight to the workers, never through the scheduler (in a task graph the
+scheduler would hold a copy of ``X`` for the whole fit); the fitting process holds ``X``, so
+it is the lineage: a round that loses a partition with its worker places the data again and
+runs again. Either way each partition task receives the futures of its own chunks, so the
+scheduler runs it where the data lives.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
-import dask
 import dask.array as da
 import numpy as np
 import scipy.sparse as sp
-from dask.base import tokenize
 from dask.core import flatten
 from distributed import Future, as_completed, futures_of
 
@@ -53,14 +57,13 @@ class Partitions:
         return [f for f in (*self.X, *self.y, *self.sample_weight) if f is not None]
 
 
-def _as_dask(a, chunks: tuple[int, ...], name: str):
+def _as_dask(a, chunks: tuple[int, ...]):
     if a is None:
         return None
     if is_dask(a):
         return a.rechunk({0: chunks, **({1: -1} if a.ndim == 2 else {})})
     rc = (chunks, a.shape[1]) if a.ndim == 2 else (chunks,)
-    return da.from_array(a, chunks=rc, asarray=not sp.issparse(a), name=f"daskabsp-{name}-"
-                         + tokenize(a, chunks))
+    return da.from_array(a, chunks=rc, asarray=not sp.issparse(a))
 
 
 def row_chunks(X, n_partitions: int | None, n_threads: int, min_rows: int) -> tuple[int, ...]:
@@ -73,12 +76,12 @@ def row_chunks(X, n_partitions: int | None, n_threads: int, min_rows: int) -> tu
 
 
 async def place(client, X, y, sample_weight, chunks: tuple[int, ...]) -> Partitions:
-    """Persist ``X``, ``y``, ``sample_weight`` on the cluster as ``len(chunks)`` row chunks."""
-    arrays = [_as_dask(a, chunks, n) for a, n in ((X, "X"), (y, "y"), (sample_weight, "w"))]
+    """Place ``X``, ``y``, ``sample_weight`` on the cluster as ``len(chunks)`` row chunks."""
+    if not any(is_dask(a) for a in (X, y, sample_weight)):
+        return await _scatter(client, X, y, sample_weight, chunks)
+    arrays = [_as_dask(a, chunks) for a in (X, y, sample_weight)]
     present = [a for a in arrays if a is not None]
-    # In-memory input is deliberately sent inside the graph: that is its lineage.
-    with dask.config.set({"distributed.admin.large-graph-warning-threshold": "1 PiB"}):
-        persisted = client.persist(present)
+    persisted = client.persist(present)
     await wait_all(client, futures_of(persisted))
     it = iter(persisted)
     out = []
@@ -89,6 +92,31 @@ async def place(client, X, y, sample_weight, chunks: tuple[int, ...]) -> Partiti
         p = next(it)
         by_key = {f.key: f for f in futures_of(p)}
         out.append([by_key[k] for k in flatten(p.__dask_keys__())])
+    return Partitions(out[0], out[1], out[2], chunks, int(X.shape[1]))
+
+
+async def _scatter(client, X, y, sample_weight, chunks: tuple[int, ...]) -> Partitions:
+    """Scatter in-memory input: each partition's rows of ``X``, ``y`` and ``sample_weight``
+    to one worker, the partitions dealt round-robin over the worker threads."""
+    nthreads = await client.scheduler.ncores()
+    slots = [w for w, n in sorted(nthreads.items()) for _ in range(max(n, 1))]
+    token = uuid.uuid4().hex[:8]
+    bounds = np.cumsum((0, *chunks))
+    arrays = (("X", X), ("y", y), ("w", sample_weight))
+
+    async def one(p: int, a: int, b: int, worker: str) -> list[Future | None]:
+        data = {f"daskabsp-{name}-{token}-{p}": arr[a:b]
+                for name, arr in arrays if arr is not None}
+        try:  # straight to the worker; through the scheduler only if it cannot be reached
+            futs = await client.scatter(data, workers=[worker], hash=False, direct=True)
+        except OSError:
+            futs = await client.scatter(data, workers=[worker], hash=False, direct=False)
+        return [futs.get(f"daskabsp-{name}-{token}-{p}") for name, _ in arrays]
+
+    placed = await asyncio.gather(*(
+        one(p, a, b, slots[p % len(slots)])
+        for p, (a, b) in enumerate(itertools.pairwise(bounds))))
+    out = [list(col) for col in zip(*placed, strict=True)]
     return Partitions(out[0], out[1], out[2], chunks, int(X.shape[1]))
 
 
