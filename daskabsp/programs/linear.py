@@ -117,8 +117,9 @@ class LinearNewton(NewtonProgram):
         n = X.shape[0]
         acc[0] += n
         acc[1] += n if sample_weight is None else sample_weight.sum()
-        if probe is not None:
-            R = np.empty((n, 2 * B))  # per block: d1, then d2 times the probe's score
+        if p.lbfgs:
+            # per block: d1, then (with a probe) d2 times the probe's score
+            R = np.empty((n, B if probe is None else 2 * B))
             D2 = np.empty((n, B))
         for b, (loss, sq, rep, grad, hess) in enumerate(self.block_views(acc, theta)):
             t = y if self.n_blocks == 1 else (y == b).astype(np.float64)
@@ -135,9 +136,10 @@ class LinearNewton(NewtonProgram):
             rep[0] += (glm_losses.hinge(z, t) @ (sample_weight if sample_weight is not None
                                                  else np.ones(n))
                        if self.smoothed else wl.sum())
-            if probe is not None:
+            if p.lbfgs:
                 R[:, b] = d1
-                R[:, B + b] = d2 * Z[:, B + b]
+                if probe is not None:
+                    R[:, B + b] = d2 * Z[:, B + b]
                 D2[:, b] = d2
                 continue
             g = X.T @ d1
@@ -145,7 +147,7 @@ class LinearNewton(NewtonProgram):
             if self.fit_intercept:
                 grad[d] += d1.sum()
             _gram_into(hess, X, d2, self.fit_intercept)
-        if probe is not None:
+        if p.lbfgs:
             self._lbfgs_stats(acc, theta, X, R, D2)
 
     def _lbfgs_stats(self, acc, theta, X, R, D2) -> None:
@@ -153,16 +155,19 @@ class LinearNewton(NewtonProgram):
         from two products with ``X`` (``R``: per-row gradient and probe weights)."""
         d, B = X.shape[1], theta.shape[0]
         m = theta.shape[1]
+        probe = R.shape[1] > B
         GV = np.asarray(X.T @ R)
         Dg = diagonal_sums(X, D2)
         for b, (_l, _s, _r, grad, hess) in enumerate(self.block_views(acc, theta)):
             grad[:d] += GV[:, b]
             hess[:d] += Dg[:, b]
-            hess[m:m + d] += GV[:, B + b]
             if self.fit_intercept:
                 grad[d] += R[:, b].sum()
                 hess[d] += D2[:, b].sum()
-                hess[m + d] += R[:, B + b].sum()
+            if probe:
+                hess[m:m + d] += GV[:, B + b]
+                if self.fit_intercept:
+                    hess[m + d] += R[:, B + b].sum()
 
     def full_objective(self, state_or_theta, X, y, sample_weight=None) -> float:
         """The exact objective (mean scale) at the given parameters over in-memory data."""

@@ -86,7 +86,11 @@ class TaskParams(NamedTuple):
 
     theta: np.ndarray
     width: float
-    #: L-BFGS: the step to multiply by the Hessian (None for a full Hessian).
+    #: Whether the statistics hold L-BFGS curvature (diagonal, Hessian-vector product)
+    #: rather than the full Hessian.
+    lbfgs: bool
+    #: L-BFGS: the step to multiply by the Hessian, or None (the round's pairs come from
+    #: gradient differences).
     probe: np.ndarray | None
     #: The score coefficients, features x scores, C-contiguous: the parameters' scores
     #: first, then (L-BFGS) the probe's. Sparse products copy a non-contiguous operand, which
@@ -134,8 +138,12 @@ class NewtonState:
     #: Whether the rounds from now on cover every row (see :meth:`NewtonProgram.full_round`).
     full: bool = False
     #: L-BFGS curvature only: the step each block took last, which this round's partitions
-    #: multiply by their Hessian, and each block's memory of such pairs.
+    #: multiply by their Hessian (after a partial round; None after a round over every row),
+    #: the parameters and gradients of the last round over every row (for a pair from the
+    #: difference of two such gradients, which costs the partitions nothing), and each
+    #: block's memory of pairs.
     probe: np.ndarray | None = None
+    secant: tuple[np.ndarray, np.ndarray] | None = None
     memory: tuple[tuple[tuple[np.ndarray, np.ndarray], ...], ...] = ()
 
 
@@ -242,7 +250,6 @@ class NewtonProgram(Program):
         lbfgs = self.curvature(m).kind == "lbfgs"
         return NewtonState(theta=np.zeros((B, m)), n_rows=n_rows, width=width,
                            full=not lbfgs and n_rows < ROWS_PER_PARAMETER * m,
-                           probe=np.zeros((B, m)) if lbfgs else None,
                            memory=((),) * B if lbfgs else ())
 
     def params(self, state: NewtonState) -> tuple[np.ndarray, float, np.ndarray | None]:
@@ -263,7 +270,8 @@ class NewtonProgram(Program):
         if probe is not None:
             coefs = np.vstack([coefs, self.score_coefficients(probe)])
         d = coefs.shape[1] - int(self.fit_intercept)
-        return TaskParams(theta, width, probe, np.ascontiguousarray(coefs[:, :d].T),
+        lbfgs = self.curvature(theta.shape[1]).kind == "lbfgs"
+        return TaskParams(theta, width, lbfgs, probe, np.ascontiguousarray(coefs[:, :d].T),
                           coefs[:, d].copy() if self.fit_intercept else None)
 
     @staticmethod
@@ -410,10 +418,15 @@ class NewtonProgram(Program):
         _B, m, cv, _L = self._dims(theta)
         reg = self.reg(m)
         memory = list(state.memory)
+        exact = all(blk.exact for blk in blocks)
         if cv.kind == "lbfgs":
             for b, blk in enumerate(blocks):
-                s = state.probe[b]
-                memory[b] = add_pair(memory[b], s, blk.h[m:] + reg * s)
+                if state.probe is not None:
+                    s = state.probe[b]
+                    memory[b] = add_pair(memory[b], s, blk.h[m:] + reg * s)
+                elif exact and state.secant is not None:
+                    memory[b] = add_pair(memory[b], theta[b] - state.secant[0][b],
+                                         blk.g - state.secant[1][b])
         radius = list(state.radius or [self.initial_radius(b.f) for b in blocks])
         pending = state.pending or (None,) * len(blocks)
         new_theta = theta.copy()
@@ -478,10 +491,12 @@ class NewtonProgram(Program):
                 width = max(width / self.width_factor, self.min_width)
                 ledger, new_pending, anchors = ledger.reset(), [None] * len(blocks), ()
                 new_theta = theta.copy()  # the step was for the old width; nothing checks it
-                memory = [()] * len(memory)
+                memory, exact = [()] * len(memory), False
         return replace(
             state, theta=new_theta, round=state.round + 1, ledger=ledger,
             radius=tuple(radius), pending=tuple(new_pending), anchors=anchors, width=width,
             converged=converged, model=tuple(models), full=full,
-            probe=new_theta - theta if memory else None, memory=tuple(memory),
+            probe=new_theta - theta if memory and not exact else None,
+            secant=(theta, np.stack([blk.g for blk in blocks])) if memory and exact else None,
+            memory=tuple(memory),
         )
