@@ -33,7 +33,15 @@ from distributed.scheduler import KilledWorker
 from . import _config
 from .cluster import get_client
 from .history import HistoryRecorder
-from .partitions import Partitions, check_finite_block, is_dask, place, row_chunks, wait_all
+from .partitions import (
+    Partitions,
+    check_finite_block,
+    is_dask,
+    move,
+    place,
+    row_chunks,
+    wait_all,
+)
 from .plugins import AbspSchedulerPlugin, AbspWorkerPlugin, stop_on_worker
 from .policies import Policy, as_policy
 from .programs.base import PartitionStats, Program
@@ -333,6 +341,7 @@ class _Fit:
         epoch0 = time.time()
         interval = _config.seconds("membership-interval")
         probe_rows = int(_config.get("probe-rows"))
+        unresponsive: set[str] = set()  # workers given up on, until heard from again
         next_check = t0 + interval
         for r in range(self.max_iter):
             params = program.params(state)
@@ -353,8 +362,9 @@ class _Fit:
                                             chunk_rows, staleness, assign)
                         if q and self.signal != "scheduler":
                             await self._driver_stop(futs, rid, q)
-                        results = await self._collect(
-                            futs, rid, cursors, settle=bool(q) and self.signal == "scheduler")
+                        results, late = await self._collect(
+                            futs, rid, cursors,
+                            settle=policy.stops and self.signal == "scheduler")
                     break
                 except (KilledWorker, FutureCancelledError) as e:
                     logger.warning("daskabsp: round %d failed (%r); retrying", r, e)
@@ -409,12 +419,26 @@ class _Fit:
             if ran_on != assign and members is None:
                 members = asyncio.ensure_future(client.scheduler.ncores())
             live = await members if members is not None else nthreads
-            if set(live) != set(nthreads) or ran_on != assign:
+            if members is not None and unresponsive:
+                unresponsive &= await self._silent(unresponsive)  # who answers rejoins
+            if late:
+                unresponsive |= set(late.values())
+                logger.warning(
+                    "daskabsp: round %d gave up on partitions %s: no heartbeat from %s for "
+                    "%s; their rows move to other workers", r, sorted(late),
+                    sorted(set(late.values())), _config.get("unresponsive-after"))
+            live = {w: n for w, n in live.items() if w not in unresponsive} or live
+            if set(live) != set(nthreads) or ran_on != assign or late:
                 nthreads = live
                 new = balance(ran_on, live)
                 if new != assign:
                     logger.info("daskabsp: workers changed; partitions re-balanced: %s", new)
                 assign = new
+            if late and not is_dask(self.data[0]):
+                # In-memory input: the fitting process holds the rows, so the partitions of a
+                # silent worker are placed again on the worker they are assigned to now.
+                await asyncio.gather(*(move(client, parts, p, *self.data, assign[p])
+                                       for p in late))
 
             if self.callback is not None:
                 c0 = time.perf_counter()
@@ -507,11 +531,24 @@ class _Fit:
         round's other partitions, or behind another job's task) computes nothing, so it gets an
         empty result here and its future is released, usually before it runs."""
         if not settle:
-            return await self._gather(futs)
-        idle = dict(await self.client.scheduler.daskabsp_settled(round=rid) or ())
-        got = iter(await self._gather([f for f in futs if f.key not in idle]))
-        return [idle_result(cursors[p], idle[f.key]) if f.key in idle else next(got)
-                for p, f in enumerate(futs)]
+            return await self._gather(futs), {}
+        ans = await self.client.scheduler.daskabsp_settled(
+            round=rid, unresponsive=_config.seconds("unresponsive-after")) or {}
+        idle = dict(ans.get("idle", ()))
+        # Given up: their worker went silent. Their rows stay unprocessed; whatever they
+        # return later is never gathered (the futures are released with the round).
+        late = dict(ans.get("late", ()))
+        skipped = {**idle, **late}
+        got = iter(await self._gather([f for f in futs if f.key not in skipped]))
+        results = [idle_result(cursors[p], skipped[f.key]) if f.key in skipped else next(got)
+                   for p, f in enumerate(futs)]
+        return results, {p: late[f.key] for p, f in enumerate(futs) if f.key in late}
+
+    async def _silent(self, workers: set[str]) -> set[str]:
+        """Those of ``workers`` still in the cluster and not heard from for
+        ``daskabsp.unresponsive-after`` (judged on the scheduler's clock)."""
+        return set(await self.client.scheduler.daskabsp_silent(
+            workers=sorted(workers), seconds=_config.seconds("unresponsive-after")))
 
     async def _driver_stop(self, futs, rid: str, quorum: int) -> None:
         done = 0

@@ -100,24 +100,32 @@ async def _scatter(client, X, y, sample_weight, chunks: tuple[int, ...]) -> Part
     to one worker, the partitions dealt round-robin over the worker threads."""
     nthreads = await client.scheduler.ncores()
     slots = [w for w, n in sorted(nthreads.items()) for _ in range(max(n, 1))]
-    token = uuid.uuid4().hex[:8]
     bounds = np.cumsum((0, *chunks))
-    arrays = (("X", X), ("y", y), ("w", sample_weight))
-
-    async def one(p: int, a: int, b: int, worker: str) -> list[Future | None]:
-        data = {f"daskabsp-{name}-{token}-{p}": arr[a:b]
-                for name, arr in arrays if arr is not None}
-        try:  # straight to the worker; through the scheduler only if it cannot be reached
-            futs = await client.scatter(data, workers=[worker], hash=False, direct=True)
-        except OSError:
-            futs = await client.scatter(data, workers=[worker], hash=False, direct=False)
-        return [futs.get(f"daskabsp-{name}-{token}-{p}") for name, _ in arrays]
-
     placed = await asyncio.gather(*(
-        one(p, a, b, slots[p % len(slots)])
+        _scatter_rows(client, (X, y, sample_weight), a, b, slots[p % len(slots)])
         for p, (a, b) in enumerate(itertools.pairwise(bounds))))
     out = [list(col) for col in zip(*placed, strict=True)]
     return Partitions(out[0], out[1], out[2], chunks, int(X.shape[1]))
+
+
+async def _scatter_rows(client, arrays, a: int, b: int, worker: str) -> list[Future | None]:
+    """Rows ``a:b`` of each of ``arrays`` (None stays None) scattered to ``worker``."""
+    token = uuid.uuid4().hex[:8]
+    data = {f"daskabsp-{i}-{token}": arr[a:b] for i, arr in enumerate(arrays)
+            if arr is not None}
+    try:  # straight to the worker; through the scheduler only if it cannot be reached
+        futs = await client.scatter(data, workers=[worker], hash=False, direct=True)
+    except OSError:
+        futs = await client.scatter(data, workers=[worker], hash=False, direct=False)
+    return [futs.get(f"daskabsp-{i}-{token}") for i in range(len(arrays))]
+
+
+async def move(client, parts: Partitions, p: int, X, y, sample_weight, worker: str) -> None:
+    """Scatter partition ``p``'s rows of in-memory input again, to ``worker``, and make
+    ``parts`` point at the new copy (the old one is on a worker that does not answer)."""
+    a = sum(parts.sizes[:p])
+    new = await _scatter_rows(client, (X, y, sample_weight), a, a + parts.sizes[p], worker)
+    parts.X[p], parts.y[p], parts.sample_weight[p] = new
 
 
 async def wait_all(client, futures) -> None:

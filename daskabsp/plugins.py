@@ -161,6 +161,7 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         scheduler.handlers["daskabsp_round_info"] = self.round_info
         scheduler.handlers["daskabsp_stop_round"] = self.stop_rounds
         scheduler.handlers["daskabsp_settled"] = self.settled
+        scheduler.handlers["daskabsp_silent"] = self.silent
         scheduler.stream_handlers[IDLE_OP] = self._idle
 
     # -- bookkeeping ---------------------------------------------------------------------------
@@ -279,9 +280,14 @@ class AbspSchedulerPlugin(SchedulerPlugin):
 
     # -- handlers ------------------------------------------------------------------------------
 
-    async def settled(self, round: str, timeout: float = 60.0) -> list | None:
-        """Wait until ``round`` has settled; return ``[(key, worker), ...]`` of its idle tasks.
+    async def settled(self, round: str, timeout: float = 60.0,
+                      unresponsive: float | None = None) -> dict | None:
+        """Wait until ``round`` has settled.
 
+        Returns ``{"idle": [(key, worker), ...], "late": [(key, worker), ...]}``: the tasks
+        reported idle, and (with ``unresponsive``, in seconds) the tasks given up because
+        every task still open is on a worker whose last heartbeat is older than that (a
+        frozen or cut-off worker: its stop cannot arrive and its answer would not either).
         Returns None if the round is unknown after ``timeout`` seconds (the caller then waits
         for every task). The call may arrive before the round's graph does.
         """
@@ -296,11 +302,36 @@ class AbspSchedulerPlugin(SchedulerPlugin):
             r = self.rounds.get(round)
             if r is None:
                 return None
-        if r.open:
-            if r.settled is None:
-                r.settled = asyncio.Event()
-            await r.settled.wait()
-        return list(r.idle.items())
+        if r.settled is None:
+            r.settled = asyncio.Event()
+        late: list = []
+        while r.open and not late:
+            if unresponsive is None:
+                await r.settled.wait()
+                break
+            try:
+                await asyncio.wait_for(r.settled.wait(), min(0.5, unresponsive / 4))
+            except asyncio.TimeoutError:
+                late = self._on_unresponsive(r, unresponsive)
+        return {"idle": list(r.idle.items()), "late": late}
+
+    def silent(self, workers=(), seconds: float = 3.0) -> list[str]:
+        """Those of ``workers`` still in the cluster and not heard from for ``seconds``."""
+        now, ws = time.time(), self.scheduler.workers
+        return [w for w in workers if w in ws and now - ws[w].last_seen > seconds]
+
+    def _on_unresponsive(self, r: _Round, seconds: float) -> list:
+        """``[(key, worker), ...]`` of the open tasks of ``r`` if every one of them is on a
+        worker not heard from for ``seconds``; ``[]`` otherwise."""
+        now, out = time.time(), []
+        tasks = self.scheduler.tasks
+        for key in r.open:
+            ts = tasks.get(key)
+            ws = ts.processing_on if ts is not None else None
+            if ws is None or now - ws.last_seen <= seconds:
+                return []
+            out.append((key, ws.address))
+        return out
 
     def stop_rounds(self, rounds=()) -> None:
         """Stop ``rounds`` now (used by the driver's fallback and by users)."""

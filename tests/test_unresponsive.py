@@ -1,0 +1,77 @@
+"""A worker frozen mid-fit (SIGSTOP: a VM pause, a swap storm or a stuck read look the same to
+Dask) does not hold up an A-BSP fit: its tasks are given up once it has been silent for
+``daskabsp.unresponsive-after``, its partitions move to the other workers, and the fit ends
+while it is still stopped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import dask
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from sklearn import linear_model as sk_linear
+from sklearn.datasets import make_classification
+
+import daskabsp
+from daskabsp.programs import LinearNewton
+
+
+def _processing(dask_scheduler=None) -> list:
+    return [str(k) for k, ts in dask_scheduler.tasks.items() if ts.state == "processing"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs POSIX signals")
+def test_frozen_worker_does_not_hold_up_the_fit():
+    X, y = make_classification(60_000, 20, n_informative=10, random_state=0)
+    y = y.astype(float)
+    ref = sk_linear.LogisticRegression(tol=1e-10, max_iter=1000).fit(X, y)
+    program = LinearNewton(l2=1.0 / len(y), tol=1e-6)
+    with dask.config.set({"daskabsp.unresponsive-after": "2s"}), \
+            LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
+                         dashboard_address=":0") as cluster, Client(cluster) as client:
+        pids = client.run(os.getpid)
+        frozen = sorted(pids)[0]
+        stopped_at: list[float] = []
+
+        def freeze(r, coef, obj):
+            if r == 1:
+                os.kill(pids[frozen], signal.SIGSTOP)
+                stopped_at.append(time.monotonic())
+            return False
+
+        try:
+            res = daskabsp.fit(program, X, y, sync="absp", max_iter=200, tol=None,
+                               n_partitions=3, callback=freeze)
+            returned = time.monotonic()
+        finally:
+            os.kill(pids[frozen], signal.SIGCONT)
+        h = res.history
+        assert stopped_at and res.converged
+        # the fit went on without the frozen worker...
+        on_frozen = h.worker.values == frozen
+        assert on_frozen[:2].any() and not on_frozen[-1].any()
+        given_up = (h.rows.values == 0) & ~h.counted.values & np.isnan(h.task_start.values)
+        assert given_up[2:].any()  # ...after giving up at least one of its tasks
+        # ...and saw every row at the end: the frozen worker's partitions were moved
+        assert h.rows_total.values[-1] == len(y)
+        assert returned - stopped_at[0] < 60
+        # the result is scikit-learn's: nothing was counted twice or lost
+        W = res.coef[0]
+        z = X @ W[:-1] + W[-1]
+        ours = (np.logaddexp(0, z) - y * z).sum() + 0.5 * W[:-1] @ W[:-1]
+        zr = X @ ref.coef_[0] + ref.intercept_[0]
+        theirs = (np.logaddexp(0, zr) - y * zr).sum() + 0.5 * ref.coef_[0] @ ref.coef_[0]
+        assert (ours - theirs) / theirs <= 1e-6
+        # once resumed, the frozen worker's stale task ends: nothing is left running
+        deadline = time.monotonic() + 30
+        while client.run_on_scheduler(_processing) and time.monotonic() < deadline:
+            client.run_on_scheduler(_processing)  # poll the scheduler, no sleep
+        assert client.run_on_scheduler(_processing) == []
+        # and it rejoins: a new fit runs tasks on it again
+        again = daskabsp.fit(program, X, y, sync="bsp", max_iter=2, tol=None, n_partitions=3)
+        assert frozen in set(again.history.worker.values.ravel())
