@@ -66,6 +66,8 @@ class FitsPage:
             Div,
             FactorRange,
             HoverTool,
+            Legend,
+            LegendItem,
             NumeralTickFormatter,
             Select,
             TableColumn,
@@ -136,13 +138,15 @@ class FitsPage:
         dur = figure(title="Round duration, and what BSP would have waited", height=260,
                      sizing_mode="stretch_width", tools=tools, x_axis_label="round",
                      y_axis_label="s")
-        dur.line(x="round", y="duration", source=src["durations"], color="#1f77b4",
-                 legend_label="round (measured)")
-        dur.scatter(x="round", y="duration", source=src["durations"], color="#1f77b4", size=4)
-        dur.line(x="round", y="bsp_wait", source=src["durations"], color="#d62728",
-                 line_dash="dashed", legend_label="slowest partition at its full quota")
-        dur.legend.location = "top_left"
-        dur.legend.background_fill_alpha = 0.5
+        took = [dur.line(x="round", y="duration", source=src["durations"], color="#1f77b4"),
+                dur.scatter(x="round", y="duration", source=src["durations"], color="#1f77b4",
+                            size=4)]
+        bsp = dur.line(x="round", y="bsp_wait", source=src["durations"], color="#d62728",
+                       line_dash="dashed")
+        dur.add_layout(Legend(orientation="horizontal", items=[
+            LegendItem(label="round (measured)", renderers=took),
+            LegendItem(label="BSP: slowest partition's compute at its full quota",
+                       renderers=[bsp])]), "below")
         dur.y_range.start = 0
 
         obj = figure(title="Objective", height=260, sizing_mode="stretch_width", tools=tools,
