@@ -25,7 +25,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any
+
+import numpy as np
 
 from .monitor import PAGE, FitBook, FitRecord
 
@@ -216,23 +217,21 @@ class FitsPage:
             self.speed_range.factors = []
             return
         rounds = list(rec.rounds)
-        heat: dict[str, list[Any]] = {c: [] for c in src["heatmap"].data}
-        marks: dict[str, list[Any]] = {"round": [], "partition": []}
-        for rr in rounds:
-            for p, (k, q, w, h) in enumerate(zip(rr.rows, rr.quota, rr.worker, rr.harvested,
-                                                  strict=True)):
-                heat["round"].append(rr.round)
-                heat["partition"].append(p)
-                heat["share"].append(k / q if q > 0 else 1.0)
-                heat["rows"].append(k)
-                heat["quota"].append(q)
-                heat["worker"].append(_short(w))
-                heat["harvested"].append("yes" if h else "no")
-                if h:
-                    marks["round"].append(rr.round)
-                    marks["partition"].append(p)
-        src["heatmap"].data = heat
-        src["harvested"].data = marks
+        P = rec.n_partitions
+        rnd = np.repeat(np.array([rr.round for rr in rounds], dtype=np.int64), P)
+        part = np.tile(np.arange(P, dtype=np.int64), len(rounds))
+        rows = _cat([rr.rows for rr in rounds], np.int64)
+        quota = _cat([rr.quota for rr in rounds], np.int64)
+        harvested = _cat([rr.harvested for rr in rounds], bool)
+        names = np.array([_short(w) for w in rec.workers] or [""], dtype=object)
+        src["heatmap"].data = dict(
+            round=rnd, partition=part,
+            share=np.where(quota > 0, rows / np.maximum(quota, 1), 1.0),
+            rows=rows, quota=quota,
+            worker=names[_cat([rr.worker for rr in rounds], np.int64)],
+            harvested=np.where(harvested, "yes", "no"),
+        )
+        src["harvested"].data = dict(round=rnd[harvested], partition=part[harvested])
         workers = sorted(rec.speed)
         self.speed_range.factors = [_short(w) for w in workers]
         src["speed"].data = dict(worker=[_short(w) for w in workers],
@@ -257,6 +256,10 @@ class FitsPage:
             f"at its full quota, {bsp:.2f} s of compute; median harvest latency {med}; "
             f"objective {_fmt(rec.objective)}."
         )
+
+
+def _cat(arrays: list[np.ndarray], dtype) -> np.ndarray:
+    return np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.zeros(0, dtype)
 
 
 def _fmt(v: float) -> str:

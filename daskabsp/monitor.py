@@ -6,10 +6,12 @@ and once when it ends. The scheduler plugin adds each round's harvest latency fr
 clock. Nothing here runs per task, and nothing is computed for a page that nobody opened except
 the per-round bookkeeping below (a few list copies per round).
 
-State is bounded: ``daskabsp.dashboard.rounds`` rounds per fit (oldest dropped first),
+State is bounded: ``daskabsp.dashboard.rounds`` rounds per fit (oldest dropped first; fewer
+for fits with very many partitions, see :data:`MAX_CELLS`),
 ``daskabsp.dashboard.finished-fits`` finished fits per scheduler, and a client's fits are
-dropped when the client leaves. :attr:`FitBook.version` changes with every update, so a page
-with nothing new to show costs one comparison per refresh.
+dropped when the client leaves. A round is held as numpy arrays (about 30 bytes per
+partition). :attr:`FitBook.version` changes with every update, so a page with nothing new to
+show costs one comparison per refresh.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from . import _config
 
@@ -32,6 +36,11 @@ SPEED_SMOOTHING = 1 / 3
 
 #: A worker not seen in this many rounds of a fit drops out of the fit's speed table.
 SPEED_FORGET_ROUNDS = 20
+
+#: Round x partition cells kept per fit (rounds kept: at most this over the partitions, at
+#: least 10): the heat map draws one rectangle per cell, and a browser stays responsive with
+#: about this many; the scheduler holds about 3 MB for them.
+MAX_CELLS = 100_000
 
 
 @dataclass
@@ -48,14 +57,14 @@ class RoundRecord:
         Seconds the round took (``wall`` minus the previous round's).
     objective : float
         Objective estimated from the round's statistics.
-    rows, quota : list of int
+    rows, quota : ndarray of int64
         Rows each partition processed, and was asked for.
-    compute : list of float
+    compute : ndarray of float64
         Seconds each partition spent scanning.
-    harvested : list of bool
+    harvested : ndarray of bool
         Whether the round's stop ended the partition's scan before its quota.
-    worker : list of str
-        Worker that ran each partition.
+    worker : ndarray of int32
+        Worker that ran each partition, as an index into :attr:`FitRecord.workers`.
     bsp_wait : float
         What BSP would have waited for: the slowest partition's compute time scaled to its
         whole quota (a partition that computed nothing is projected at its worker's speed).
@@ -65,11 +74,11 @@ class RoundRecord:
     wall: float
     duration: float
     objective: float
-    rows: list[int]
-    quota: list[int]
-    compute: list[float]
-    harvested: list[bool]
-    worker: list[str]
+    rows: np.ndarray
+    quota: np.ndarray
+    compute: np.ndarray
+    harvested: np.ndarray
+    worker: np.ndarray
     bsp_wait: float
 
 
@@ -88,12 +97,15 @@ class FitRecord:
     n_rounds: int = 0
     rounds: deque[RoundRecord] = field(init=False)
     latency: deque[tuple[int, float]] = field(init=False)  # (round, seconds)
+    workers: list[str] = field(default_factory=list)  # addresses; RoundRecord.worker indexes
     speed: dict[str, float] = field(default_factory=dict)  # rows per compute second
     seen: dict[str, int] = field(default_factory=dict)  # worker -> last round it ran in
 
     def __post_init__(self) -> None:
-        self.rounds = deque(maxlen=self.max_rounds)
-        self.latency = deque(maxlen=self.max_rounds)
+        kept = min(self.max_rounds, max(10, MAX_CELLS // max(1, self.n_partitions)))
+        self.rounds = deque(maxlen=kept)
+        self.latency = deque(maxlen=kept)
+        self._index: dict[str, int] = {}
 
     @property
     def objective(self) -> float:
@@ -103,20 +115,28 @@ class FitRecord:
     def add_round(self, *, round: int, wall: float, objective: float, rows, quota, compute,
                   harvested, worker) -> RoundRecord:
         """Record one round's summary and update the workers' speeds."""
-        rows, quota = [int(v) for v in rows], [int(v) for v in quota]
-        compute = [float(v) for v in compute]
         worker = [str(w) for w in worker]
         prev = self.rounds[-1].wall if self.rounds else 0.0
         self._measure(round, rows, compute, worker)
         rec = RoundRecord(
             round=int(round), wall=float(wall), duration=float(wall) - prev,
-            objective=float(objective), rows=rows, quota=quota, compute=compute,
-            harvested=[bool(v) for v in harvested], worker=worker,
+            objective=float(objective), rows=np.asarray(rows, dtype=np.int64),
+            quota=np.asarray(quota, dtype=np.int64),
+            compute=np.asarray(compute, dtype=np.float64),
+            harvested=np.asarray(harvested, dtype=bool),
+            worker=np.asarray([self._worker_index(w) for w in worker], dtype=np.int32),
             bsp_wait=self._bsp_wait(rows, quota, compute, worker),
         )
         self.rounds.append(rec)
         self.n_rounds += 1
         return rec
+
+    def _worker_index(self, address: str) -> int:
+        i = self._index.get(address)
+        if i is None:
+            i = self._index[address] = len(self.workers)
+            self.workers.append(address)
+        return i
 
     def _measure(self, r: int, rows: list[int], compute: list[float], worker: list[str]) -> None:
         done: dict[str, list[float]] = {}

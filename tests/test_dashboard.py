@@ -251,6 +251,14 @@ def test_book_is_bounded_per_fit_and_in_finished_fits():
     rec = book.fits["f3"]
     assert rec.n_rounds == 8 and [rr.round for rr in rec.rounds] == [3, 4, 5, 6, 7]
     assert len(rec.latency) == 5
+    assert rec.rounds[-1].rows.dtype == np.int64  # compact: numpy arrays per round
+    book.start("f4", client="c", program="p", sync="absp", n_partitions=2)
+    book.end("f4", status="failed")
+    assert list(book.fits) == ["f2", "f3", "f4"]
+    # Very many partitions: fewer rounds kept, so the heat map stays drawable.
+    wide = FitBook(max_rounds=200).start("w", client="c", program="p", sync="absp",
+                                         n_partitions=50_000)
+    assert wide.rounds.maxlen == 10
     v = book.version
     book.forget_client("someone-else")
     assert book.version == v and len(book.fits) == 3
