@@ -22,6 +22,7 @@ while open, and only redraws when the scheduler's record of the fits has changed
 
 from __future__ import annotations
 
+import html
 import logging
 import math
 import time
@@ -250,8 +251,9 @@ class FitsPage:
         med = f"{lat[len(lat) // 2] * 1e3:.1f} ms" if lat else "n/a"
         shown = f"last {len(rounds)} of " if len(rounds) < rec.n_rounds else ""
         self.title.text = (
-            f"<b>daskabsp</b> fit <b>{rec.fit}</b>: {rec.program}, {rec.sync}, "
-            f"{rec.n_partitions} partitions, <b>{rec.status}</b>, {rec.n_rounds} rounds. "
+            f"<b>daskabsp</b> fit <b>{html.escape(rec.fit)}</b>: {html.escape(rec.program)}, "
+            f"{html.escape(rec.sync)}, {rec.n_partitions} partitions, "
+            f"<b>{html.escape(rec.status)}</b>, {rec.n_rounds} rounds. "
             f"Over the {shown}rounds shown: rounds took {took:.2f} s; the slowest partition "
             f"at its full quota, {bsp:.2f} s of compute; median harvest latency {med}; "
             f"objective {_fmt(rec.objective)}."
