@@ -11,8 +11,10 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
@@ -46,6 +48,14 @@ def parse_args(description: str, add=None) -> argparse.Namespace:
     if add is not None:
         add(p)
     return p.parse_args()
+
+
+def add_page_option(p: argparse.ArgumentParser) -> None:
+    """``--page {closed,open}``: run with the daskabsp dashboard page open in headless
+    Chromium, or not open anywhere (see :func:`dashboard_page`)."""
+    p.add_argument("--page", choices=("closed", "open"), default="closed",
+                   help="run with the daskabsp dashboard page open in headless Chromium "
+                        "(Debian's chromium; it refreshes once a second) or closed (default)")
 
 
 def environment() -> dict:
@@ -251,6 +261,50 @@ def noop(X, y, params):
     logistic program's statistics. It lives in an importable module (the workers share the
     driver's ``sys.path``), so it is pickled by reference, as the engine's task function is."""
     return np.zeros(params.shape[0] + 2)
+
+
+# -- the dashboard page ---------------------------------------------------------------------------
+
+
+@contextmanager
+def dashboard_page(client: Client, state: str) -> Iterator[None]:
+    """Inside the block, the daskabsp page of ``client``'s dashboard is open in headless
+    Chromium (``state="open"``; waits until the page's session is live on the scheduler), or
+    nothing is done (``"closed"``)."""
+    if state == "closed":
+        yield
+        return
+    from daskabsp.monitor import PAGE
+
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    if binary is None:
+        raise RuntimeError("--page open needs Chromium (apt-get install chromium)")
+    url = client.dashboard_link.rsplit("/status", 1)[0] + PAGE
+    with tempfile.TemporaryDirectory() as profile:
+        proc = subprocess.Popen(
+            [binary, "--headless=new", "--no-sandbox", "--disable-gpu",
+             "--disable-dev-shm-usage", f"--user-data-dir={profile}", url],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while client.run_on_scheduler(page_sessions) < 1:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the page did not open in Chromium: {url}")
+                time.sleep(0.2)
+            yield
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def page_sessions(dask_scheduler=None) -> int:
+    """Browser sessions of the daskabsp page open on this scheduler's dashboard."""
+    from daskabsp.monitor import PAGE
+
+    for app in dask_scheduler.http_application.applications:
+        if hasattr(app, "get_sessions") and PAGE in getattr(app, "app_paths", ()):
+            return len(app.get_sessions(PAGE))
+    return 0
 
 
 # -- Dask's own floor for the harvest: the round's shape with no computing at all -----------

@@ -9,7 +9,8 @@ time is the difference of consecutive ``history.wall_time`` values (so it covers
 driver loop: submit, wait, gather, aggregate, update, bookkeeping; the fit's one-off set-up and
 tear-down are reported separately). A plain round submits one task per partition taking the
 partition's X and y chunk futures and the parameter vector, returning a statistics-sized array,
-and gathers them. Target: engine (A-BSP) / plain <= 1.15x.
+and gathers them. Target: engine (A-BSP) / plain <= 1.15x. ``--page open`` runs it all with
+the daskabsp dashboard page open in headless Chromium (compare with a ``--page closed`` run).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import uuid
 import dask
 import numpy as np
 from _common import (
+    add_page_option,
+    dashboard_page,
     load_note,
     local_cluster,
     logistic_data,
@@ -49,6 +52,7 @@ def add_options(p) -> None:
     p.add_argument("--rounds", type=int, default=None, help="measured rounds per block and mode")
     p.add_argument("--rows", type=int, default=1000, help="rows per partition")
     p.add_argument("--features", type=int, default=10)
+    add_page_option(p)
 
 
 def _chunk_futures(A) -> list:
@@ -113,7 +117,7 @@ def main() -> None:
     per_round = {(P, m): [] for P in settings for m in MODES}  # list of per-block lists
     setup = {(P, m): [] for P in settings for m in ("absp", "bsp")}
 
-    with local_cluster(4, 1, args.event_loop) as client:
+    with local_cluster(4, 1, args.event_loop) as client, dashboard_page(client, args.page):
         warm_up(client)
         data = {P: logistic_data(client, P * args.rows, args.features, P, args.seed)
                 for P in settings}
@@ -158,15 +162,16 @@ def main() -> None:
         out["settings"][str(P)] = res
 
     print(f"Round overhead: tiny compute ({args.rows} rows x {args.features} features per "
-          f"partition), 4 workers x 1 thread, {blocks} interleaved blocks x {rounds} rounds")
+          f"partition), 4 workers x 1 thread, {blocks} interleaved blocks x {rounds} rounds, "
+          f"dashboard page {args.page}")
     print(table(["mode", "rounds", "median ms", "p90 ms", "fit set-up ms",
                  "/plain sync [IQR]", "/plain async [IQR]", f"target <={TARGET:g}x"], rows))
     print("ratios: per block, median engine round / median plain round of the same block; "
           "median [IQR] over blocks; the target is judged against the faster baseline. "
           "fit set-up: fit wall time outside its rounds (plugin and placement checks, "
           "history).")
-    out.update(rows_per_partition=args.rows, n_features=args.features, blocks=blocks,
-               rounds=rounds, target=TARGET, target_met=met)
+    out.update(page=args.page, rows_per_partition=args.rows, n_features=args.features,
+               blocks=blocks, rounds=rounds, target=TARGET, target_met=met)
     print(load_note(load0))
     print(f"wrote {write_json('round_overhead', args, out)}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import dask.config
+import distributed.config  # noqa: F401  (distributed's defaults go in before the preload below)
 import yaml
 
 _fn = os.path.join(os.path.dirname(__file__), "daskabsp.yaml")
@@ -12,6 +13,17 @@ with open(_fn) as f:
     defaults = yaml.safe_load(f)
 
 dask.config.update_defaults(defaults)
+
+#: The scheduler preload that adds daskabsp's page to the dashboard (:mod:`daskabsp.dashboard`).
+DASHBOARD_PRELOAD = "daskabsp.dashboard"
+
+# A scheduler imports its preload modules before it builds its dashboard, whose pages it takes
+# once from ``distributed.dashboard.scheduler.applications`` (``Scheduler.__init__``). With this
+# default, schedulers started in this process after ``import daskabsp`` (a LocalCluster's, the
+# embedded cluster's, dask-jobqueue's) serve the page. Preloads the user configured win (add
+# daskabsp.dashboard to them). Adding the page to that dict right here instead would load bokeh
+# into every process that imports daskabsp, each worker included: 0.4 s and 16 MiB measured.
+dask.config.update_defaults({"distributed": {"scheduler": {"preload": [DASHBOARD_PRELOAD]}}})
 
 
 def get(key: str):

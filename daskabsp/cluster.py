@@ -11,6 +11,8 @@ from collections.abc import Iterator
 import dask.config
 import distributed
 
+from ._config import DASHBOARD_PRELOAD
+
 logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
@@ -36,6 +38,18 @@ def fast_malloc() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def dashboard_preload() -> Iterator[None]:
+    """Schedulers started inside this block preload :mod:`daskabsp.dashboard` (the daskabsp
+    page of the dashboard), whatever other preloads the configuration names."""
+    preload = dask.config.get("distributed.scheduler.preload") or []
+    preload = [preload] if isinstance(preload, str) else list(preload)
+    if DASHBOARD_PRELOAD not in preload:
+        preload.append(DASHBOARD_PRELOAD)
+    with dask.config.set({"distributed.scheduler.preload": preload}):
+        yield
+
+
 def get_client() -> distributed.Client:
     """The current Dask client, or the process's embedded one (started on first use).
 
@@ -54,7 +68,7 @@ def embedded_client() -> distributed.Client:
     global _embedded
     with _lock:
         if _embedded is None or _embedded.status in ("closed", "closing"):
-            with fast_malloc():
+            with fast_malloc(), dashboard_preload():
                 cluster = distributed.LocalCluster(processes=True)
             _embedded = distributed.Client(cluster, set_as_default=False)
             atexit.register(close_embedded)

@@ -45,6 +45,7 @@ from .partitions import (
 from .plugins import AbspSchedulerPlugin, AbspWorkerPlugin, stop_on_worker
 from .policies import Policy, as_policy
 from .programs.base import PartitionStats, Program
+from .reporting import FitReporter, open_reporter
 from .runtime import PartialResult, run_partition
 from .validation import check_data, check_int, check_quota, check_real
 
@@ -250,11 +251,13 @@ class _Fit:
         self.fit_id = uuid.uuid4().hex[:8]
         self._in_flight: str | None = None  # the round whose tasks may be running
         self._halted: asyncio.Future | None = None
+        self.reporter: FitReporter | None = None  # reports to the dashboard page
 
     async def run(self) -> FitResult:
         client, policy = self.client, self.policy
         X, y, sw = self.data
         self.signal = await ensure_plugins(client)
+        self.reporter = await open_reporter(client, self.fit_id, self.signal)
         if self.signal == "driver-opaque":
             # The scheduler deserialises task graphs: ship daskabsp's functions and the program
             # as scattered data, called through dask.utils.apply, so it never imports daskabsp.
@@ -270,12 +273,22 @@ class _Fit:
         if any(c == 0 for c in chunks):
             raise ValueError("X has an empty row chunk; every partition needs at least one row.")
         parts = await place(client, X, y, sw, chunks)
+        status = "failed"
         try:
             if is_dask(X):
                 await self._check_finite(parts)
-            return await self._rounds(parts, nthreads)
+            res = await self._rounds(parts, nthreads)
+            status = "converged" if res.converged else "finished"
+            return res
+        except asyncio.CancelledError:
+            status = "interrupted"
+            raise
         finally:
             del parts
+            if self.reporter is not None:
+                self.reporter.end(status)
+                if status != "interrupted":
+                    await self.reporter.flush()
 
     def halt(self) -> asyncio.Future:
         """Stop the round in flight, if any, on every worker; call on the client's loop.
@@ -334,6 +347,8 @@ class _Fit:
         assign = balance([(who.get(f.key) or [None])[0] for f in parts.X], nthreads)
         quorum = policy.round_quorum(P) if policy.stops else 0
         rec = HistoryRecorder(P)
+        if self.reporter is not None:
+            self.reporter.start(program=program.name, sync=policy.name, n_partitions=P)
         rids: list[str] = []
         prev_obj = None
         converged = False
@@ -388,8 +403,9 @@ class _Fit:
             stats = program.combine_round(pieces, params)
             k = sum(ps.rows for ps in pieces)
             obj = program.objective(state, stats, k)
+            wall = time.perf_counter() - t0
             rec.add(
-                wall=time.perf_counter() - t0, objective=obj,
+                wall=wall, objective=obj,
                 params=params if self.record_params else None,
                 rows=[res.rows for res in results], quota=round_quotas, cursor=list(cursors),
                 compute_seconds=[res.compute_seconds for res in results],
@@ -398,6 +414,14 @@ class _Fit:
                 harvested=[res.stopped for res in results], counted=counted,
                 worker=[res.worker for res in results],
             )
+            if self.reporter is not None:
+                self.reporter.round(
+                    round=r, wall=wall, objective=float(obj),
+                    rows=[int(res.rows) for res in results], quota=[int(q) for q in round_quotas],
+                    compute=[float(res.compute_seconds) for res in results],
+                    harvested=[bool(res.stopped) for res in results],
+                    worker=[res.worker for res in results],
+                )
             for p, res in enumerate(results):
                 cursors[p] = policy.next_cursor(cursors[p], res.rows, sizes[p],
                                                 finished=not res.stopped)

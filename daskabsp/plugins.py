@@ -28,6 +28,7 @@ from typing import Any
 from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 
 from . import _config
+from .monitor import FitBook, page_status
 from .runtime import EXTENSION
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,10 @@ PLUGIN_NAME = "daskabsp"
 ANNOTATION = "daskabsp"
 STOP_OP = "daskabsp-stop"
 IDLE_OP = "daskabsp-idle"
+#: Scheduler handler (RPC) through which a driver reports a fit to the dashboard page.
+REPORT_HANDLER = "daskabsp_fit_report"
+#: Scheduler handler (RPC) that says whether the scheduler serves the daskabsp page.
+PAGE_STATUS_HANDLER = "daskabsp_page_status"
 
 
 class AbspWorkerPlugin(WorkerPlugin):
@@ -141,7 +146,9 @@ class AbspSchedulerPlugin(SchedulerPlugin):
     Client-callable handlers: ``daskabsp_round_info(fit)`` returns the timing log of a fit's
     rounds (when the quorum was reached, when the round settled), ``daskabsp_settled(round)``
     waits until a round has settled and returns its idle tasks, and
-    ``daskabsp_stop_round(rounds)`` stops rounds on request.
+    ``daskabsp_stop_round(rounds)`` stops rounds on request, ``daskabsp_fit_report(fit,
+    events)`` takes a driver's reports of a fit for the dashboard page (:attr:`book`) and
+    ``daskabsp_page_status()`` says whether this scheduler serves that page.
     """
 
     name = PLUGIN_NAME
@@ -155,6 +162,7 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         self._announced: dict[str, asyncio.Event] = {}  # rounds waited for before they exist
         # rid -> (fit, n, quorum time, last result time), bounded
         self.log: deque[tuple[str, str, int, float | None, float | None]] = deque(maxlen=100_000)
+        self.book = FitBook()  # the fits the dashboard page shows
 
     async def start(self, scheduler) -> None:
         self.scheduler = scheduler
@@ -162,6 +170,8 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         scheduler.handlers["daskabsp_stop_round"] = self.stop_rounds
         scheduler.handlers["daskabsp_settled"] = self.settled
         scheduler.handlers["daskabsp_silent"] = self.silent
+        scheduler.handlers[REPORT_HANDLER] = self.fit_report
+        scheduler.handlers[PAGE_STATUS_HANDLER] = self.page_status
         scheduler.stream_handlers[IDLE_OP] = self._idle
 
     # -- bookkeeping ---------------------------------------------------------------------------
@@ -225,10 +235,14 @@ class AbspSchedulerPlugin(SchedulerPlugin):
             for key in r.keys:
                 self.key_round.pop(key, None)
             self._retire(r)
+        self.book.forget_client(client)
 
     def _retire(self, r: _Round) -> None:
         if self.rounds.pop(r.rid, None) is not None:
             self.log.append((r.rid, r.fit, r.finished, r.t_quorum, r.t_last))
+            if r.t_quorum is not None and r.t_last is not None:
+                self.book.note_latency(r.fit, int(r.rid.split(":", 1)[1].split(".", 1)[0]),
+                                       r.t_last - r.t_quorum)
         if r.settled is not None:
             r.settled.set()  # release waiters of a round that can no longer settle
 
@@ -340,6 +354,15 @@ class AbspSchedulerPlugin(SchedulerPlugin):
             if r is not None and not r.stopped:
                 r.t_quorum = time.time()
                 self._stop(r)
+
+    def fit_report(self, fit: str, events=()) -> None:
+        """A driver's reports of ``fit`` for the dashboard page, see :class:`FitBook`."""
+        self.book.report(fit, list(events))
+
+    def page_status(self) -> dict[str, bool]:
+        """Whether this scheduler serves the daskabsp dashboard page, see
+        :func:`daskabsp.monitor.page_status`."""
+        return page_status(self.scheduler)
 
     def round_info(self, fit: str) -> dict[str, dict]:
         """Timings of the rounds of ``fit``: quorum time and last result time (scheduler clock)."""
