@@ -7,6 +7,7 @@ of the others.
 """
 
 from . import _config  # noqa: F401  (loads the daskabsp.* config defaults)
+from .callbacks import FitInfo, ProgressBar, RoundCallback, RoundInfo
 from .driver import FitResult, fit
 from .plugins import AbspSchedulerPlugin, AbspWorkerPlugin
 from .policies import ABSP, BSP, Policy, as_policy
@@ -21,11 +22,15 @@ __all__ = [
     "BSP",
     "AbspSchedulerPlugin",
     "AbspWorkerPlugin",
+    "FitInfo",
     "FitResult",
     "LogisticGD",
     "PartialResult",
     "Policy",
     "Program",
+    "ProgressBar",
+    "RoundCallback",
+    "RoundInfo",
     "SlowWorkers",
     "as_policy",
     "fit",

@@ -1,0 +1,216 @@
+"""Watching a fit: round callbacks and the progress bar, on the shared LocalCluster."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from distributed import Client
+from distributed.diagnostics.plugin import SchedulerPlugin
+from sklearn.datasets import make_classification
+
+import daskabsp
+from daskabsp import LogisticGD, ProgressBar, RoundCallback, fit, slow_workers
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = make_classification(n_samples=20_000, n_features=8, random_state=0)
+    return X, y.astype(float)
+
+
+def final_count(text: str) -> tuple[int, int]:
+    """``(n, total)`` of the last state a text bar drew."""
+    counts = re.findall(r"\| (\d+)/(\d+) \[", text)
+    assert counts, text
+    n, total = counts[-1]
+    return int(n), int(total)
+
+
+class Recorder(RoundCallback):
+    """Records the hooks called, their thread, and what they were told."""
+
+    def __init__(self, stop_at: int | None = None) -> None:
+        self.calls: list[tuple] = []
+        self.threads: set[str] = set()
+        self.stop_at = stop_at
+
+    def _seen(self, *call) -> None:
+        self.calls.append(call)
+        self.threads.add(threading.current_thread().name)
+
+    def on_fit_begin(self, info):
+        self._seen("begin", info)
+
+    def on_round_begin(self, round, coef):
+        self._seen("round_begin", round, np.array(coef, copy=True))
+
+    def on_round_end(self, info):
+        self._seen("round_end", info)
+        return self.stop_at is not None and info.round >= self.stop_at
+
+    def on_fit_end(self, n_iter, converged, error):
+        self._seen("end", n_iter, converged, error)
+
+
+def test_silent_by_default(client, data, capsys):
+    X, y = data
+    fit(LogisticGD(), X, y, max_iter=3, tol=None)
+    out, err = capsys.readouterr()
+    assert out == "" and err == ""
+
+
+def test_verbose_shows_a_bar_that_ends_at_the_rounds_run(client, data, capsys):
+    X, y = data
+    res = fit(LogisticGD(), X, y, max_iter=4, tol=None, verbose=1)
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert final_count(err) == (res.n_iter, res.n_iter) == (4, 4)
+    assert "logreg absp" in err and "obj=" in err and "rows=" in err and "harvested=" in err
+
+
+def test_bar_of_a_stopped_fit_ends_complete_at_the_rounds_run(client, data):
+    X, y = data
+    buf = io.StringIO()
+    res = fit(LogisticGD(), X, y, max_iter=50, tol=None,
+              callback=[ProgressBar(file=buf, desc="demo"), lambda r, w, obj: r >= 2])
+    assert res.n_iter == 3
+    text = buf.getvalue()
+    assert final_count(text) == (3, 3)
+    assert text.startswith("\rdemo:") and text.endswith("\n")
+
+
+def test_bar_shows_the_harvest(client, workers, data):
+    X, y = data
+    buf = io.StringIO()
+    with slow_workers(client, {workers[0]: 20.0}):
+        res = fit(LogisticGD(), X, y, sync="absp", max_iter=3, tol=None, n_partitions=4,
+                  callback=ProgressBar(file=buf))
+    harvested = int(res.history.harvested.isel(round=-1).sum())
+    share = int(res.history.rows_total[-1]) / int(res.history.quota.isel(round=-1).sum())
+    text = buf.getvalue()
+    assert f"harvested={harvested}/4" in text
+    assert f"rows={share:.0%}" in text
+    assert harvested >= 1 and share < 1
+
+
+def test_callbacks_run_in_the_calling_thread_once_per_round(client, data):
+    X, y = data
+    rec = Recorder(stop_at=2)
+    res = fit(LogisticGD(), X, y, max_iter=10, tol=None, callback=rec)
+    assert rec.threads == {threading.current_thread().name}
+    kinds = [c[0] for c in rec.calls]
+    assert kinds == ["begin"] + ["round_begin", "round_end"] * 3 + ["end"]
+    begin = rec.calls[0][1]
+    assert (begin.max_iter, begin.n_partitions, begin.sync, begin.program) == (
+        10, res.history.sizes["partition"], "absp", "logreg")
+    assert begin.n_samples == X.shape[0] and begin.fit_id == res.history.attrs["fit_id"]
+    ends = [c[1] for c in rec.calls if c[0] == "round_end"]
+    h = res.history
+    assert [i.round for i in ends] == [0, 1, 2]
+    np.testing.assert_allclose([i.objective for i in ends], h.objective.values)
+    np.testing.assert_allclose([i.elapsed for i in ends], h.wall_time.values)
+    assert [i.rows for i in ends] == list(h.rows_total.values)
+    assert [i.harvested for i in ends] == list(h.harvested.sum("partition").values)
+    np.testing.assert_allclose(ends[-1].coef, res.coef)
+    # A round starts from the parameters the previous one ended with.
+    starts = [c[2] for c in rec.calls if c[0] == "round_begin"]
+    np.testing.assert_allclose(starts[1], ends[0].coef)
+    assert rec.calls[-1] == ("end", 3, False, None)
+
+
+def test_a_failing_callback_fails_the_fit_and_ends_the_others(client, data):
+    X, y = data
+    rec = Recorder()
+
+    def boom(r, w, obj):
+        if r == 1:
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        fit(LogisticGD(), X, y, max_iter=10, tol=None, callback=[rec, boom])
+    end = rec.calls[-1]
+    assert end[:3] == ("end", 2, False) and isinstance(end[3], RuntimeError)
+
+
+def test_callback_and_verbose_are_checked(client, data):
+    X, y = data
+    with pytest.raises(TypeError, match="callback must be"):
+        fit(LogisticGD(), X, y, callback="progress")
+    with pytest.raises(ValueError, match="'verbose' parameter of fit"):
+        fit(LogisticGD(), X, y, verbose=-1)
+
+
+def test_async_client_calls_callbacks_on_its_loop(cluster, data):
+    X, y = data
+
+    async def run():
+        async with Client(cluster.scheduler_address, asynchronous=True,
+                          set_as_default=False) as c:
+            rec = Recorder()
+            res = await fit(LogisticGD(), X, y, max_iter=2, tol=None, callback=rec,
+                            client=c)
+            return rec, res, threading.current_thread().name
+
+    rec, res, loop_thread = asyncio.run(run())
+    assert rec.threads == {loop_thread}
+    assert [c[0] for c in rec.calls] == ["begin"] + ["round_begin", "round_end"] * 2 + ["end"]
+    assert res.n_iter == 2
+
+
+def test_exported():
+    assert {"ProgressBar", "RoundCallback", "RoundInfo", "FitInfo"} <= set(daskabsp.__all__)
+
+
+class _CtrlCOnFirstResult(SchedulerPlugin):
+    """SIGINT to the main thread when the first partition task of a round finishes (the test
+    cluster's scheduler runs in this process): a Ctrl-C while the driver waits for a round."""
+
+    name = "test-daskabsp-progress-ctrl-c"
+
+    def __init__(self) -> None:
+        self.sent = False
+
+    async def start(self, scheduler) -> None:
+        self.scheduler = scheduler
+
+    def transition(self, key, start, finish, *args, **kwargs) -> None:
+        if self.sent or (start, finish) != ("processing", "memory"):
+            return
+        ts = self.scheduler.tasks.get(key)
+        if ts is not None and "daskabsp" in (ts.annotations or {}):
+            self.sent = True
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+
+def _executing(dask_worker=None) -> int:
+    return len(dask_worker.state.executing)
+
+
+def test_ctrl_c_while_watched_stops_the_round_and_ends_the_callbacks(client, workers, data):
+    """Callbacks run in the calling thread, which waits for the fit there: a Ctrl-C still
+    stops the round's tasks, and the callbacks are told the fit ended."""
+    X, y = data
+    rec = Recorder()
+    buf = io.StringIO()
+    client.register_plugin(_CtrlCOnFirstResult())
+    try:
+        with slow_workers(client, {workers[0]: 1000.0}):
+            with pytest.raises(KeyboardInterrupt):
+                fit(LogisticGD(), X, y, sync="bsp", max_iter=5, tol=None, n_partitions=4,
+                    callback=[rec, ProgressBar(file=buf)])
+            deadline = time.monotonic() + 20
+            while any(client.run(_executing).values()):
+                assert time.monotonic() < deadline, "a task of the round is still running"
+                time.sleep(0.01)
+    finally:
+        client.unregister_scheduler_plugin(_CtrlCOnFirstResult.name)
+    end = rec.calls[-1]
+    assert end[:3] == ("end", 0, False) and isinstance(end[3], KeyboardInterrupt)
+    assert final_count(buf.getvalue()) == (0, 5) and buf.getvalue().endswith("\n")
