@@ -14,9 +14,16 @@ import pytest
 from distributed import Client
 from distributed.diagnostics.plugin import SchedulerPlugin
 from sklearn.datasets import make_classification
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 import daskabsp
 from daskabsp import LogisticGD, ProgressBar, RoundCallback, fit, slow_workers
+from daskabsp.estimators import KMeans, LinearSVC, LogisticRegression, Ridge, _callbacks
+from daskabsp.estimators._callbacks import callback_api
+from daskabsp.estimators._validation import InvalidParameterError
 
 
 @pytest.fixture(scope="module")
@@ -214,3 +221,152 @@ def test_ctrl_c_while_watched_stops_the_round_and_ends_the_callbacks(client, wor
     end = rec.calls[-1]
     assert end[:3] == ("end", 0, False) and isinstance(end[3], KeyboardInterrupt)
     assert final_count(buf.getvalue()) == (0, 5) and buf.getvalue().endswith("\n")
+
+
+# -- the estimators: verbose, and scikit-learn's callbacks (scikit-learn >= 1.9) ----------
+
+ESTIMATORS = [LogisticRegression, LinearSVC, Ridge, KMeans]
+requires_sklearn_callbacks = pytest.mark.skipif(
+    callback_api() is None, reason="requires scikit-learn >= 1.9 (sklearn.callback)")
+
+
+@pytest.fixture(scope="module")
+def clf_data():
+    X, y = make_classification(n_samples=6000, n_features=6, n_informative=4, random_state=0)
+    return X, y
+
+
+def _fit(est, X, y):
+    return est.fit(X) if isinstance(est, KMeans) else est.fit(X, y)
+
+
+def _rounds(est) -> int:
+    return int(np.ravel(est.n_iter_)[0])
+
+
+@pytest.mark.parametrize("Est", ESTIMATORS, ids=lambda c: c.__name__)
+def test_estimators_are_silent_by_default_and_verbose_shows_their_rounds(client, clf_data,
+                                                                         Est, capsys):
+    X, y = clf_data
+    assert Est().get_params()["verbose"] == 0
+    _fit(Est(sync="bsp"), X, y)
+    assert capsys.readouterr() == ("", "")
+    est = _fit(Est(sync="bsp", verbose=1), X, y)
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"\r{Est.__name__} bsp:")
+    assert final_count(err) == (_rounds(est), _rounds(est))
+
+
+@pytest.mark.parametrize("Est", ESTIMATORS, ids=lambda c: c.__name__)
+def test_verbose_is_validated(Est, clf_data):
+    X, y = clf_data
+    with pytest.raises(InvalidParameterError,
+                       match=rf"The 'verbose' parameter of {Est.__name__} must be an int in "
+                             r"the range \[0, inf\) or an instance of 'bool'. Got -1 instead."):
+        _fit(Est(verbose=-1), X, y)
+
+
+class FitRecorder:
+    """A scikit-learn fit callback (the FitCallback protocol) that records what it sees."""
+
+    def __init__(self, stop_after: int | None = None) -> None:
+        self.events: list[tuple] = []
+        self.threads: set[str] = set()
+        self.stop_after = stop_after
+
+    def setup(self, estimator, context):
+        self.events.append(("setup", context.task_name))
+
+    def teardown(self, estimator, context):
+        self.events.append(("teardown", context.task_name))
+
+    def on_fit_task_begin(self, estimator, context, *, X=None, y=None, metadata=None,
+                          fitted_estimator=None):
+        self.events.append(("begin", context.task_name, context.max_subtasks))
+
+    def on_fit_task_end(self, estimator, context, *, X=None, y=None, metadata=None,
+                        fitted_estimator=None):
+        self.threads.add(threading.current_thread().name)
+        if context.task_name != "round":
+            self.events.append(("end", context.task_name))
+            return False
+        # A round's fitted_estimator predicts with that round's parameters.
+        score = fitted_estimator.score(X) if y is None else fitted_estimator.score(X, y)
+        self.events.append(("end", "round", context.task_id, score))
+        rounds = sum(e[:2] == ("end", "round") for e in self.events)
+        return self.stop_after is not None and rounds >= self.stop_after
+
+
+@requires_sklearn_callbacks
+@pytest.mark.parametrize("Est", ESTIMATORS, ids=lambda c: c.__name__)
+def test_sklearn_callbacks_see_one_task_per_round(client, clf_data, Est):
+    X, y = clf_data
+    rec = FitRecorder()
+    est = _fit(Est(sync="bsp", max_iter=50).set_callbacks(rec), X, y)
+    n = _rounds(est)
+    assert rec.events[:2] == [("setup", "fit"), ("begin", "fit", 50)]
+    rounds = rec.events[2:-2]
+    assert rounds[0::2] == [("begin", "round", 0)] * n
+    assert [e[:3] for e in rounds[1::2]] == [("end", "round", r) for r in range(n)]
+    assert rec.events[-2:] == [("end", "fit"), ("teardown", "fit")]
+    assert rec.threads == {threading.current_thread().name}
+    last = rounds[-1][3]
+    assert last == pytest.approx(est.score(X) if Est is KMeans else est.score(X, y))
+    assert not hasattr(est, "_callback_fit_ctx") and not hasattr(est, "_callback_fit_args")
+
+
+@requires_sklearn_callbacks
+def test_a_sklearn_callback_returning_true_stops_the_fit(client, clf_data):
+    X, y = clf_data
+    rec = FitRecorder(stop_after=2)
+    with pytest.warns(ConvergenceWarning, match="did not converge in 2 rounds") as w:
+        est = LogisticRegression(sync="bsp").set_callbacks(rec).fit(X, y)
+    assert w[0].filename == __file__  # the warning points at the caller, not the wrappers
+    assert est.n_iter_[0] == 2 and est.history_.sizes["round"] == 2
+    assert sum(e[:2] == ("end", "round") for e in rec.events) == 2
+    assert rec.events[-1] == ("teardown", "fit")
+
+
+class Propagated(FitRecorder):
+    """Set on a meta-estimator, passed on to the estimators it fits (any depth)."""
+
+    max_propagation_depth = None
+
+
+@requires_sklearn_callbacks
+def test_sklearn_callbacks_reach_the_rounds_inside_pipeline_and_grid_search(client, clf_data):
+    X, y = clf_data
+    rec = Propagated()
+    search = GridSearchCV(make_pipeline(StandardScaler(), LogisticRegression()),
+                          {"logisticregression__C": [0.1, 1.0],
+                           "logisticregression__sync": ["bsp", "absp"]}, cv=2)
+    search.set_callbacks(rec).fit(X, y)
+    ends = [e for e in rec.events if e[0] == "end"]
+    # 2 x 2 candidates x 2 folds, and the refit: each ends its rounds, then its fit.
+    fits = [i for i, e in enumerate(ends) if e[1] == "fit"]
+    assert len(fits) >= 9
+    rounds = [e for e in ends if e[1] == "round"]
+    assert len(rounds) >= 9 and all(0.5 < e[3] <= 1 for e in rounds)
+    assert rec.events[0] == ("setup", "fit") and rec.events[-1] == ("teardown", "fit")
+
+
+@requires_sklearn_callbacks
+def test_sklearn_progress_bar_runs_on_the_estimators(client, clf_data):
+    pytest.importorskip("rich")
+    from sklearn.callback import ProgressBar as SkProgressBar
+
+    X, y = clf_data
+    est = LogisticRegression(sync="bsp").set_callbacks(SkProgressBar()).fit(X, y)
+    assert est.n_iter_[0] >= 1
+
+
+def test_without_sklearn_callbacks_fits_still_work(client, clf_data, monkeypatch, capsys):
+    """scikit-learn < 1.9 has no sklearn.callback: fits do not need it, set_callbacks says
+    what it needs."""
+    X, y = clf_data
+    monkeypatch.setattr(_callbacks, "callback_api", lambda: None)
+    est = LogisticRegression(sync="bsp", verbose=1).fit(X, y)
+    assert final_count(capsys.readouterr().err)[0] == est.n_iter_[0]
+    with pytest.raises(RuntimeError, match=r"scikit-learn >= 1.9"):
+        LogisticRegression().set_callbacks(FitRecorder())
