@@ -13,7 +13,7 @@ round, drawn by tqdm (``tqdm.auto``: a widget in a notebook, a text bar in a ter
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 class FitInfo:
     """What callbacks are told when a fit's rounds are about to start.
 
-    Attributes
+    Parameters
     ----------
     max_iter : int
         Most rounds the fit will run.
@@ -54,7 +54,7 @@ class FitInfo:
 class RoundInfo:
     """What callbacks are told after each round.
 
-    Attributes
+    Parameters
     ----------
     round : int
         The round just finished, from 0.
@@ -107,18 +107,57 @@ class RoundCallback:
     """
 
     def on_fit_begin(self, info: FitInfo) -> None:
-        """Called once the data is placed, before the first round."""
+        """Called once the data is placed, before the first round.
+
+        Parameters
+        ----------
+        info : FitInfo
+            The fit's size, policy and program.
+        """
 
     def on_round_begin(self, round: int, coef: np.ndarray) -> None:
-        """Called before round ``round`` is submitted, with the parameters it starts from."""
+        """Called before a round is submitted.
+
+        Parameters
+        ----------
+        round : int
+            The round about to run, from 0.
+        coef : ndarray
+            The parameters it starts from (read only).
+        """
 
     def on_round_end(self, info: RoundInfo) -> bool | None:
-        """Called after each round's update; return True to end the fit there."""
+        """Called after each round's update.
+
+        Parameters
+        ----------
+        info : RoundInfo
+            The round's summary and the updated parameters.
+
+        Returns
+        -------
+        bool or None
+            True ends the fit after this round.
+        """
         return None
 
     def on_fit_end(self, n_iter: int, converged: bool, error: BaseException | None) -> None:
-        """Called once when the fit ends: after its last round, or when it failed (``error``;
-        also for an interrupted fit)."""
+        """Called once when the fit ends: after its last round, or when it failed.
+
+        Parameters
+        ----------
+        n_iter : int
+            Rounds run.
+        converged : bool
+            Whether the fit converged (False when stopped by a callback or ``max_iter``).
+        error : BaseException or None
+            Why the fit failed (``KeyboardInterrupt`` for an interrupted fit), or None.
+        """
+
+
+#: What ``callback=`` of :func:`daskabsp.fit` accepts.
+CallbackArg = (RoundCallback | Callable[[int, np.ndarray, float], Any]
+               | Sequence[RoundCallback | Callable[[int, np.ndarray, float], Any]] | None)
 
 
 class _FunctionCallback(RoundCallback):
@@ -131,9 +170,19 @@ class _FunctionCallback(RoundCallback):
         return bool(self.func(info.round, info.coef, info.objective))
 
 
-def as_callbacks(callback) -> list[RoundCallback]:
-    """The callbacks given to :func:`daskabsp.fit`: None, a :class:`RoundCallback`, a function
-    ``callback(round, coef, objective)``, or a list of these."""
+def as_callbacks(callback: CallbackArg) -> list[RoundCallback]:
+    """The callbacks given to :func:`daskabsp.fit`, as a list of :class:`RoundCallback`.
+
+    Parameters
+    ----------
+    callback : RoundCallback, callable, list of these, or None
+        A function is called as ``callback(round, coef, objective)`` after each round.
+
+    Returns
+    -------
+    list of RoundCallback
+        The callbacks in the order given, functions wrapped.
+    """
     if callback is None:
         return []
     if isinstance(callback, RoundCallback):

@@ -32,7 +32,14 @@ from distributed.client import FutureCancelledError
 from distributed.scheduler import KilledWorker
 
 from . import _config
-from .callbacks import CallbackList, FitInfo, ProgressBar, RoundInfo, as_callbacks
+from .callbacks import (
+    CallbackArg,
+    CallbackList,
+    FitInfo,
+    ProgressBar,
+    RoundInfo,
+    as_callbacks,
+)
 from .cluster import get_client
 from .history import HistoryRecorder
 from .partitions import Partitions, check_finite_block, is_dask, place, row_chunks, wait_all
@@ -87,7 +94,7 @@ def fit(
     quota: int | float | None = None,
     chunk_target: float | None = None,
     record_params: bool = False,
-    callback=None,
+    callback: CallbackArg = None,
     verbose: int = 0,
     client: distributed.Client | None = None,
 ):
@@ -137,7 +144,8 @@ def fit(
 
     Returns
     -------
-    FitResult, or a coroutine of it when the client is asynchronous.
+    FitResult
+        The fit (a coroutine of it when the client is asynchronous).
     """
     owner = "fit"
     policy = as_policy(sync, owner=owner)

@@ -54,7 +54,18 @@ def _check_history(ds: xr.Dataset, needs: tuple[str, ...]) -> None:
 
 
 def fit_label(history: xr.Dataset) -> str:
-    """A short name of a fit for a legend: its sync model (``"BSP"``, ``"A-BSP"``)."""
+    """A short name of a fit for a legend: its sync model.
+
+    Parameters
+    ----------
+    history : xarray.Dataset
+        A fit history.
+
+    Returns
+    -------
+    str
+        ``"BSP"``, ``"A-BSP"``, or the history's ``sync`` attribute as it is.
+    """
     sync = str(history.attrs.get("sync", "fit"))
     return SYNC_LABELS.get(sync, sync)
 
