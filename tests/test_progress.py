@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 import re
 import signal
@@ -200,9 +201,10 @@ def _executing(dask_worker=None) -> int:
     return len(dask_worker.state.executing)
 
 
-def test_ctrl_c_while_watched_stops_the_round_and_ends_the_callbacks(client, workers, data):
+def test_ctrl_c_while_watched_stops_the_round_and_ends_the_callbacks(client, workers, data,
+                                                                     caplog, capfd):
     """Callbacks run in the calling thread, which waits for the fit there: a Ctrl-C still
-    stops the round's tasks, and the callbacks are told the fit ended."""
+    stops the round's tasks quietly, and the callbacks are told the fit ended."""
     X, y = data
     rec = Recorder()
     buf = io.StringIO()
@@ -221,6 +223,11 @@ def test_ctrl_c_while_watched_stops_the_round_and_ends_the_callbacks(client, wor
     end = rec.calls[-1]
     assert end[:3] == ("end", 0, False) and isinstance(end[3], KeyboardInterrupt)
     assert final_count(buf.getvalue()) == (0, 5) and buf.getvalue().endswith("\n")
+    client.run_on_scheduler(gc.collect)  # a round trip through the client's event loop
+    gc.collect()
+    noise = caplog.text + capfd.readouterr().err
+    assert not [n for n in ("never retrieved", "AllExit", "Exception in callback",
+                            "destroyed but it is pending") if n in noise], noise
 
 
 # -- the estimators: verbose, and scikit-learn's callbacks (scikit-learn >= 1.9) ----------
