@@ -14,9 +14,10 @@ k-means the lowest inertia of scikit-learn's ``KMeans(n_init=10)``.
 
 Time to target:
 
-* daskabsp: one fit per repeat, from the ``fit`` call; a private per-round hook records when
-  each round's parameters exist on the client (time inside the hook is excluded). Includes
-  validation, data placement and, for k-means, the k-means|| initialisation.
+* daskabsp: one fit per repeat, from the ``fit`` call; a scikit-learn callback
+  (``set_callbacks``, scikit-learn >= 1.9) records when each round's parameters exist on the
+  client (time inside the callback is excluded). Includes validation, data placement and, for
+  k-means, the k-means|| initialisation.
 * dask-ml: its solvers expose no per-iteration hook, so a sweep of ``max_iter`` (1, 2, 3, ...)
   finds the fewest iterations that reach the target (dask-ml is deterministic on fixed data);
   each repeat then times a fit with that ``max_iter``.
@@ -160,24 +161,48 @@ def inertia(centers: np.ndarray, X) -> float:
 
 # -- daskabsp: one fit, per-round times ------------------------------------------------------
 
-def timed_ours(est, X, y, objective, target: float) -> dict:
-    """Fit ``est`` once; the time from the call until a round's parameters reached ``target``
-    (the hook's own time is excluded)."""
-    marks: list[tuple[float, np.ndarray]] = []
-    spent = [0.0]
-    t0 = time.perf_counter()
+class RoundMarks:
+    """A scikit-learn fit callback (``sklearn.callback``, scikit-learn >= 1.9): when each
+    engine round ended, since ``t0``, and its parameters (``coef_`` then ``intercept_``, or
+    ``cluster_centers_``). Its own time is kept in ``spent`` and left out of the marks."""
 
-    def hook(r, coef, obj):
+    def __init__(self, t0: float) -> None:
+        self.t0 = t0
+        self.spent = 0.0
+        self.marks: list[tuple[float, np.ndarray]] = []
+
+    def setup(self, estimator, context) -> None:
+        pass
+
+    def teardown(self, estimator, context) -> None:
+        pass
+
+    def on_fit_task_begin(self, estimator, context) -> None:
+        pass
+
+    def on_fit_task_end(self, estimator, context, *, fitted_estimator=None) -> bool:
+        if context.task_name != "round":
+            return False
         c0 = time.perf_counter()
-        marks.append((c0 - t0 - spent[0], np.array(coef, copy=True)))
-        spent[0] += time.perf_counter() - c0
+        e = fitted_estimator
+        theta = (np.array(e.cluster_centers_) if hasattr(e, "cluster_centers_")
+                 else np.r_[np.ravel(e.coef_), np.ravel(e.intercept_)])
+        self.marks.append((c0 - self.t0 - self.spent, theta))
+        self.spent += time.perf_counter() - c0
         return False
 
-    est._round_callback = hook
+
+def timed_ours(est, X, y, objective, target: float) -> dict:
+    """Fit ``est`` once; the time from the call until a round's parameters reached ``target``
+    (the callback's own time is excluded)."""
+    t0 = time.perf_counter()
+    rounds = RoundMarks(t0)
+    est.set_callbacks(rounds)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est.fit(X, y) if y is not None else est.fit(X)
-    total = time.perf_counter() - t0 - spent[0]
+    total = time.perf_counter() - t0 - rounds.spent
+    marks = rounds.marks
     reached = next((t for t, c in marks if objective(c) <= target), np.nan)
     return {"time": reached, "total": total, "rounds": len(marks),
             "final": objective(marks[-1][1]) if marks else np.nan}

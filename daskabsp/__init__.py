@@ -7,7 +7,9 @@ of the others.
 """
 
 from . import _config  # noqa: F401  (loads the daskabsp.* config defaults)
+from .callbacks import FitInfo, ProgressBar, RoundCallback, RoundInfo
 from .driver import FitResult, fit
+from .plot import plot_objectives  # also registers the history accessor Dataset.absp
 from .plugins import AbspSchedulerPlugin, AbspWorkerPlugin
 from .policies import ABSP, BSP, Policy, as_policy
 from .programs import LogisticGD, Program
@@ -21,14 +23,19 @@ __all__ = [
     "BSP",
     "AbspSchedulerPlugin",
     "AbspWorkerPlugin",
+    "FitInfo",
     "FitResult",
     "LogisticGD",
     "PartialResult",
     "Policy",
     "Program",
+    "ProgressBar",
+    "RoundCallback",
+    "RoundInfo",
     "SlowWorkers",
     "as_policy",
     "fit",
+    "plot_objectives",
     "run_partition",
     "slow_workers",
 ]

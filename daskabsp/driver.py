@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import queue
 import time
 import uuid
 import warnings
@@ -31,6 +32,14 @@ from distributed.client import FutureCancelledError
 from distributed.scheduler import KilledWorker
 
 from . import _config
+from .callbacks import (
+    CallbackArg,
+    CallbackList,
+    FitInfo,
+    ProgressBar,
+    RoundInfo,
+    as_callbacks,
+)
 from .cluster import get_client
 from .history import HistoryRecorder
 from .partitions import (
@@ -94,7 +103,8 @@ def fit(
     quota: int | float | None = None,
     chunk_target: float | None = None,
     record_params: bool = False,
-    callback=None,
+    callback: CallbackArg = None,
+    verbose: int = 0,
     client: distributed.Client | None = None,
 ):
     """Run ``program`` over ``X`` (and ``y``) on a Dask cluster under a synchronisation policy.
@@ -129,16 +139,22 @@ def fit(
         Seconds of work per chunk (default ``daskabsp.chunk-target``).
     record_params : bool, default=False
         Store the parameters of every round in the history (variable ``params``).
-    callback : callable, optional
-        Called after every round as ``callback(round, coef, objective)`` with the updated
-        parameters; returning True stops the fit. Time spent in it is not counted in the
-        history's ``wall_time``.
+    callback : RoundCallback, callable or list of these, optional
+        Called in this process (in the calling thread, with a synchronous client; never in a
+        partition task) around every round: a :class:`daskabsp.RoundCallback`, or a function
+        ``callback(round, coef, objective)`` called after each round with the updated
+        parameters. Returning True stops the fit after that round. Time spent in callbacks
+        is not counted in the history's ``wall_time``.
+    verbose : int, default=0
+        0: silent. 1 or more: show a progress bar of the rounds
+        (:class:`daskabsp.ProgressBar`, a notebook widget or a text bar).
     client : distributed.Client, optional
         Default: the current client, or an embedded LocalCluster.
 
     Returns
     -------
-    FitResult, or a coroutine of it when the client is asynchronous.
+    FitResult
+        The fit (a coroutine of it when the client is asynchronous).
     """
     owner = "fit"
     policy = as_policy(sync, owner=owner)
@@ -147,6 +163,10 @@ def fit(
     check_int(n_partitions, "n_partitions", owner, none_ok=True)
     check_quota(quota, owner)
     check_real(chunk_target, "chunk_target", owner, closed=False, none_ok=True)
+    check_int(int(verbose) if isinstance(verbose, bool) else verbose, "verbose", owner, low=0)
+    callbacks = as_callbacks(callback)
+    if verbose:
+        callbacks.append(ProgressBar())
     if not isinstance(program, Program):
         raise TypeError(f"program must be a daskabsp Program, got {type(program).__name__}.")
     if sample_weight is not None and not program.accepts_sample_weight:
@@ -162,16 +182,78 @@ def fit(
     client = client if client is not None else get_client()
     run = _Fit(client, program, policy, X, y, sample_weight, max_iter=max_iter, tol=tol,
                n_partitions=n_partitions, quota=quota, chunk_target=chunk_target,
-               record_params=record_params, callback=callback)
+               record_params=record_params, callbacks=CallbackList(callbacks))
     if client.asynchronous:
         return run.run()
+    return _run_sync(client, run)
+
+
+class _Call:
+    """A callback call that the fit's coroutine hands to the thread that called ``fit``."""
+
+    def __init__(self, func, args, future: asyncio.Future, loop) -> None:
+        self.func, self.args, self.future, self.loop = func, args, future, loop
+
+    def run(self) -> None:
+        """Call it here; its result (or exception) goes back to the waiting coroutine.
+        A ``KeyboardInterrupt`` propagates: the caller then cancels the fit."""
+        try:
+            value, error = self.func(*self.args), None
+        except Exception as e:
+            value, error = None, e
+        self.loop.call_soon_threadsafe(_settle, self.future, value, error)
+
+
+def _settle(future: asyncio.Future, value, error) -> None:
+    if future.done():  # the fit was cancelled meanwhile
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+def _run_sync(client: distributed.Client, run: _Fit) -> FitResult:
+    """Run the fit on the client's event loop and wait for it here, calling its callbacks in
+    this thread as it asks for them (``client.sync`` would run them in the event loop's
+    thread: a slow callback would hold up the client's communications, and a notebook would
+    show their output in the cell that started the client)."""
+    loop = client.loop.asyncio_loop
+    if loop.is_closed():
+        raise RuntimeError("IOLoop is closed")
     try:
-        return client.sync(run.run)
-    except KeyboardInterrupt:
-        # sync() has cancelled the fit and raised at once: wait until the round it was
-        # running has been told to stop, so that none of its tasks goes on computing.
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        raise RuntimeError("daskabsp.fit called from the thread of the client's event loop; "
+                           "use 'await daskabsp.fit(...)' with an asynchronous client")
+    calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+    run.caller = calls
+    done = asyncio.run_coroutine_threadsafe(run.run(), loop)
+    done.add_done_callback(lambda _: calls.put(None))
+    try:
+        while True:
+            try:
+                call = calls.get(timeout=10)  # a timeout keeps Ctrl-C responsive everywhere
+            except queue.Empty:
+                continue
+            if call is None:
+                break
+            call.run()
+        result = done.result()
+    except KeyboardInterrupt as e:
+        # Cancel the fit, and wait until the round it was running has been told to stop,
+        # so that none of its tasks goes on computing.
+        done.cancel()
         client.sync(run.halt)
+        run.end_callbacks(error=e)
         raise
+    except BaseException as e:
+        run.end_callbacks(error=e)
+        raise
+    run.end_callbacks(error=None)  # here, in the caller's thread, like the other callbacks
+    return result
 
 
 async def ensure_plugins(client: distributed.Client) -> str:
@@ -234,7 +316,7 @@ def idle_result(cursor: int, worker: str) -> PartialResult:
 
 class _Fit:
     def __init__(self, client, program, policy, X, y, sample_weight, *, max_iter, tol,
-                 n_partitions, quota, chunk_target, record_params, callback) -> None:
+                 n_partitions, quota, chunk_target, record_params, callbacks) -> None:
         self.client = client
         self.program = program
         self.policy = policy
@@ -247,13 +329,47 @@ class _Fit:
             chunk_target if chunk_target is not None else _config.seconds("chunk-target")
         )
         self.record_params = record_params
-        self.callback = callback
+        self.callbacks: CallbackList = callbacks
+        # Where callbacks run: None calls them on the event loop (an asynchronous client's
+        # caller is there); a queue hands them to the thread that called fit (_run_sync).
+        self.caller: queue.SimpleQueue | None = None
+        self._ran = (0, False)  # (rounds run, converged), for the callbacks' on_fit_end
+        self._callback_seconds = 0.0
         self.fit_id = uuid.uuid4().hex[:8]
         self._in_flight: str | None = None  # the round whose tasks may be running
         self._halted: asyncio.Future | None = None
         self.reporter: FitReporter | None = None  # reports to the dashboard page
 
     async def run(self) -> FitResult:
+        try:
+            result = await self._run()
+        except BaseException as e:
+            if self.caller is None:
+                self.end_callbacks(error=e)
+            raise
+        if self.caller is None:
+            self.end_callbacks(error=None)
+        return result
+
+    def end_callbacks(self, *, error: BaseException | None) -> None:
+        """The callbacks' ``on_fit_end`` (once; nothing if the rounds never started)."""
+        self.callbacks.end(*self._ran, error)
+
+    async def _call(self, func, *args):
+        """``func(*args)`` where callbacks run (see ``caller``), its time excluded from the
+        fit's clock."""
+        c0 = time.perf_counter()
+        try:
+            if self.caller is None:
+                return func(*args)
+            loop = asyncio.get_running_loop()
+            future = loop.create_future()
+            self.caller.put(_Call(func, args, future, loop))
+            return await future
+        finally:
+            self._callback_seconds += time.perf_counter() - c0
+
+    async def _run(self) -> FitResult:
         client, policy = self.client, self.policy
         X, y, sw = self.data
         self.signal = await ensure_plugins(client)
@@ -352,6 +468,11 @@ class _Fit:
         rids: list[str] = []
         prev_obj = None
         converged = False
+        if self.callbacks:
+            await self._call(self.callbacks.begin, FitInfo(
+                max_iter=self.max_iter, n_samples=N, n_partitions=P, sync=policy.name,
+                program=program.name, fit_id=self.fit_id))
+        self._callback_seconds = 0.0
         t0 = time.perf_counter()
         epoch0 = time.time()
         interval = _config.seconds("membership-interval")
@@ -359,6 +480,9 @@ class _Fit:
         unresponsive: set[str] = set()  # workers given up on, until heard from again
         next_check = t0 + interval
         for r in range(self.max_iter):
+            if self.callbacks:
+                await self._call(self.callbacks.round_begin, r,
+                                 np.asarray(program.coefficients(state)))
             params = program.params(state)
             full = bool(quorum) and program.full_round(state)
             q, round_quotas = (0, list(sizes)) if full else (quorum, quotas)
@@ -403,7 +527,8 @@ class _Fit:
             stats = program.combine_round(pieces, params)
             k = sum(ps.rows for ps in pieces)
             obj = program.objective(state, stats, k)
-            wall = time.perf_counter() - t0
+            # The user's time in callbacks is not the fit's.
+            wall = time.perf_counter() - t0 - self._callback_seconds
             rec.add(
                 wall=wall, objective=obj,
                 params=params if self.record_params else None,
@@ -464,16 +589,21 @@ class _Fit:
                 await asyncio.gather(*(move(client, parts, p, *self.data, assign[p])
                                        for p in late))
 
-            if self.callback is not None:
-                c0 = time.perf_counter()
-                stop = self.callback(r, np.asarray(program.coefficients(state)), obj)
-                t0 += time.perf_counter() - c0  # the user's time is not the fit's
-                if stop:
+            self._ran = (r + 1, False)
+            if self.callbacks:
+                info = RoundInfo(
+                    round=r, max_iter=self.max_iter, objective=float(obj),
+                    coef=np.asarray(program.coefficients(state)), rows=int(k),
+                    rows_asked=int(sum(round_quotas)), n_samples=N,
+                    harvested=sum(bool(res.stopped) for res in results), n_partitions=P,
+                    elapsed=rec.wall[-1])
+                if await self._call(self.callbacks.round_end, info):
                     break
             verdict = program.converged(state)
             if verdict or (verdict is None and self.tol is not None and prev_obj is not None
                            and abs(obj - prev_obj) <= self.tol * max(abs(obj), abs(prev_obj))):
                 converged = True
+                self._ran = (r + 1, True)
                 break
             prev_obj = obj
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
@@ -12,6 +13,7 @@ import daskabsp
 from daskabsp import BSP
 from daskabsp.cluster import get_client
 
+from ._callbacks import CallbackSupportMixin, caller_stacklevel
 from ._inputs import FitInput
 
 #: A partition holds at least this many rows per model parameter (and at least
@@ -33,11 +35,13 @@ CHUNK_SECONDS_PER_STAT = 3e-8
 MIN_CHUNK_TARGET = 0.010
 
 
-class EngineMixin:
-    """Engine options shared by the estimators (see each estimator's docstring).
+class EngineMixin(CallbackSupportMixin):
+    """Engine options shared by the estimators (see each estimator's docstring), and the
+    ways to watch a fit: ``verbose`` and scikit-learn's callbacks.
 
-    Subclasses define ``sync``, ``n_partitions``, ``quota`` and ``chunk_target`` in their
-    ``__init__``.
+    Subclasses define ``sync``, ``n_partitions``, ``quota``, ``chunk_target`` and ``verbose``
+    in their ``__init__``, and decorate ``fit`` with
+    :func:`~daskabsp.estimators._callbacks.fit_with_callbacks`.
     """
 
     def _sync_is_bsp(self) -> bool:
@@ -71,14 +75,28 @@ class EngineMixin:
         default = daskabsp._config.seconds("chunk-target")
         return max(default, MIN_CHUNK_TARGET, CHUNK_SECONDS_PER_STAT * size)
 
+    def _round_callbacks(self, attributes: Callable[[np.ndarray], dict]) -> list:
+        """What watches the engine's rounds: a progress bar (``verbose``) and the
+        scikit-learn callbacks set with ``set_callbacks``."""
+        callbacks: list = []
+        if self.verbose:
+            sync = self.sync if isinstance(self.sync, str) else type(self.sync).__name__
+            callbacks.append(daskabsp.ProgressBar(desc=f"{type(self).__name__} {sync}"))
+        sklearn_rounds = self._sklearn_rounds(attributes)
+        if sklearn_rounds is not None:
+            callbacks.append(sklearn_rounds)
+        return callbacks
+
     def _run_engine(self, program, data: FitInput, y, sample_weight, *, max_iter: int,
-                    n_params: int) -> daskabsp.FitResult:
+                    n_params: int, attributes: Callable[[np.ndarray], dict]
+                    ) -> daskabsp.FitResult:
+        """Run ``program`` on the engine. ``attributes(coef)`` gives the fitted attributes of
+        the engine's parameters, for the callbacks' ``fitted_estimator`` of each round."""
         res = daskabsp.fit(
             program, data.X, y, sample_weight=sample_weight, sync=self.sync,
             max_iter=max_iter, tol=None, n_partitions=self._n_partitions(data, n_params),
             quota=self.quota, chunk_target=self._chunk_target(program, data),
-            # Per-round hook for benchmarks (not a parameter): callback(round, coef, objective)
-            callback=getattr(self, "_round_callback", None),
+            callback=self._round_callbacks(attributes),
         )
         if inspect.isawaitable(res):
             res.close()
@@ -93,7 +111,7 @@ class EngineMixin:
                 f"{type(self).__name__} did not converge in {res.n_iter} rounds "
                 f"(max_iter={max_iter}). Consider increasing max_iter, or using "
                 "sync='bsp' if the rounds see too few rows to settle.",
-                ConvergenceWarning, stacklevel=3,
+                ConvergenceWarning, stacklevel=caller_stacklevel(),
             )
         return res
 

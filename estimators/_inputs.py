@@ -21,6 +21,7 @@ from sklearn.exceptions import DataConversionWarning
 from sklearn.utils import check_array
 from sklearn.utils.validation import validate_data
 
+from ._callbacks import caller_stacklevel
 from ._validation import check_sample_weight
 
 FLOATS = [np.float64, np.float32]
@@ -112,7 +113,7 @@ def _align(v, X, name: str):
             warnings.warn(
                 "A column-vector y was passed when a 1d array was expected. Please change "
                 "the shape of y to (n_samples, ), for example using ravel().",
-                DataConversionWarning, stacklevel=3,
+                DataConversionWarning, stacklevel=caller_stacklevel(),
             )
             v = v.ravel()
         v = da.from_array(v, chunks=(X.chunks[0],)) if v.shape[:1] == X.shape[:1] else v

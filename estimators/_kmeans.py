@@ -16,6 +16,7 @@ from daskabsp.cluster import get_client
 from daskabsp.programs import LloydKMeans
 from daskabsp.programs.kmeans import squared_distances
 
+from ._callbacks import fit_with_callbacks
 from ._engine import EngineMixin
 from ._inputs import FitInput, map_rows, validate_fit, validate_predict
 from ._kmeans_init import kmeans_parallel
@@ -109,6 +110,9 @@ default="k-means++"
         Engine options, see :class:`~daskabsp.estimators.LogisticRegression`. Default
         partitions: one per worker thread, each with at least ``daskabsp.min-partition-rows``
         rows.
+    verbose : int, default=0
+        0: silent. 1 or more: a progress bar of the Lloyd rounds (the k-means||
+        initialisation is not shown), see :class:`~daskabsp.estimators.LogisticRegression`.
 
     Attributes
     ----------
@@ -139,7 +143,7 @@ default="k-means++"
 
     def __init__(self, n_clusters=8, *, init="k-means++", n_init="auto", max_iter=300,
                  tol=1e-4, random_state=None, oversampling_factor=2.0, init_max_iter=None,
-                 sync="absp", n_partitions=None, quota=None, chunk_target=None):
+                 sync="absp", n_partitions=None, quota=None, chunk_target=None, verbose=0):
         self.n_clusters = n_clusters
         self.init = init
         self.n_init = n_init
@@ -152,6 +156,7 @@ default="k-means++"
         self.n_partitions = n_partitions
         self.quota = quota
         self.chunk_target = chunk_target
+        self.verbose = verbose
 
     # -- fit ----------------------------------------------------------------------------------
 
@@ -206,6 +211,7 @@ default="k-means++"
                 best, best_cost = C, cost
         return best
 
+    @fit_with_callbacks
     def fit(self, X, y=None, sample_weight=None):
         """Compute the k-means clustering on a Dask cluster.
 
@@ -241,7 +247,8 @@ default="k-means++"
             program = LloydKMeans(initial_centers=C0, tol=self.tol * scale)
             placed = FitInput(Xd, None, wd, True)
             res = self._run_engine(program, placed, None, wd, max_iter=self.max_iter,
-                                   n_params=C0.size)
+                                   n_params=C0.size,
+                                   attributes=lambda c: {"cluster_centers_": c})
             centers = res.state.centers
             if data.lazy:
                 self.inertia_ = _inertia_total(Xd, wd, centers)

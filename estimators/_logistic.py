@@ -12,6 +12,7 @@ from sklearn.utils.validation import check_is_fitted
 from daskabsp.programs import LinearNewton, MultinomialNewton
 from daskabsp.programs.newton import hessian_limit
 
+from ._callbacks import fit_with_callbacks
 from ._classes import encode_targets
 from ._classifier import LinearClassifierPredictMixin
 from ._engine import EngineMixin
@@ -72,6 +73,10 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
     chunk_target : float, default=None
         Seconds of work between two checks of the stop signal (default:
         ``daskabsp.chunk-target``).
+    verbose : int, default=0
+        0: silent. 1 or more: a progress bar of the fit's rounds (rounds done, objective,
+        share of the rows asked for that were used, partitions harvested, elapsed time): a
+        widget in a notebook, a text bar elsewhere.
 
     Attributes
     ----------
@@ -114,7 +119,7 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
 
     def __init__(self, penalty="l2", *, C=1.0, fit_intercept=True, class_weight=None,
                  tol=1e-4, max_iter=100, random_state=None, sync="absp", n_partitions=None,
-                 quota=None, chunk_target=None):
+                 quota=None, chunk_target=None, verbose=0):
         self.penalty = penalty
         self.C = C
         self.fit_intercept = fit_intercept
@@ -126,7 +131,9 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
         self.n_partitions = n_partitions
         self.quota = quota
         self.chunk_target = chunk_target
+        self.verbose = verbose
 
+    @fit_with_callbacks
     def fit(self, X, y, sample_weight=None):
         """Fit the model on a Dask cluster.
 
@@ -157,11 +164,15 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
             program = MultinomialNewton(n_classes=K, l2=l2, fit_intercept=self.fit_intercept,
                                         tol=self.tol, max_hessian=hessian_limit(data.n_samples))
         n_params = program.shape(d)[1]
+
+        def attributes(theta):  # theta: one row of parameters per class (one for K = 2)
+            coef, intercept = split_theta(theta, d, self.fit_intercept)
+            return {"coef_": coef, "intercept_": intercept, "classes_": t.classes}
+
         res = self._run_engine(program, data, t.codes, t.weights, max_iter=self.max_iter,
-                               n_params=n_params)
-        theta = res.state.theta if K == 2 else res.state.theta[0].reshape(K, -1)
-        self.coef_, self.intercept_ = split_theta(theta, d, self.fit_intercept)
-        self.classes_ = t.classes
+                               n_params=n_params, attributes=attributes)
+        for name, value in attributes(res.coef).items():
+            setattr(self, name, value)
         self.n_iter_ = np.array([res.n_iter], dtype=np.int32)
         return self
 

@@ -10,6 +10,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from daskabsp.programs import LinearNewton
 from daskabsp.programs.newton import hessian_limit
 
+from ._callbacks import fit_with_callbacks
 from ._engine import EngineMixin
 from ._inputs import validate_fit
 from ._linear import LinearPredictMixin, split_theta
@@ -48,6 +49,9 @@ class Ridge(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator):
         Unused; kept for compatibility with scikit-learn.
     sync, n_partitions, quota, chunk_target
         Engine options, see :class:`~daskabsp.estimators.LogisticRegression`.
+    verbose : int, default=0
+        0: silent. 1 or more: a progress bar of the fit's rounds, see
+        :class:`~daskabsp.estimators.LogisticRegression`.
 
     Attributes
     ----------
@@ -72,7 +76,7 @@ class Ridge(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator):
 
     def __init__(self, alpha=1.0, *, fit_intercept=True, max_iter=None, tol=1e-4,
                  random_state=None, sync="absp", n_partitions=None, quota=None,
-                 chunk_target=None):
+                 chunk_target=None, verbose=0):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.max_iter = max_iter
@@ -82,7 +86,12 @@ class Ridge(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator):
         self.n_partitions = n_partitions
         self.quota = quota
         self.chunk_target = chunk_target
+        self.verbose = verbose
 
+    def _callback_max_rounds(self) -> int:
+        return 100 if self.max_iter is None else int(self.max_iter)
+
+    @fit_with_callbacks
     def fit(self, X, y, sample_weight=None):
         """Fit the model on a Dask cluster.
 
@@ -111,12 +120,15 @@ class Ridge(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator):
         program = LinearNewton(loss="squared", l2=self.alpha / max(total, 1e-300),
                                fit_intercept=self.fit_intercept, tol=self.tol,
                                max_hessian=hessian_limit(data.n_samples))
-        max_iter = 100 if self.max_iter is None else self.max_iter
-        res = self._run_engine(program, data, y, sw, max_iter=max_iter,
-                               n_params=program.shape(d)[1])
-        coef, intercept = split_theta(res.state.theta, d, self.fit_intercept)
-        self.coef_ = coef[0]
-        self.intercept_ = float(intercept[0])
+
+        def attributes(theta):
+            coef, intercept = split_theta(theta, d, self.fit_intercept)
+            return {"coef_": coef[0], "intercept_": float(intercept[0])}
+
+        res = self._run_engine(program, data, y, sw, max_iter=self._callback_max_rounds(),
+                               n_params=program.shape(d)[1], attributes=attributes)
+        for name, value in attributes(res.coef).items():
+            setattr(self, name, value)
         self.n_iter_ = np.array([res.n_iter], dtype=np.int32)
         return self
 

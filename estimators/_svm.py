@@ -9,6 +9,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from daskabsp.programs import LinearNewton
 from daskabsp.programs.newton import hessian_limit
 
+from ._callbacks import fit_with_callbacks
 from ._classes import encode_targets
 from ._classifier import LinearClassifierPredictMixin
 from ._engine import EngineMixin
@@ -70,6 +71,9 @@ class LinearSVC(LinearClassifierPredictMixin, ClassifierMixin, EngineMixin, Base
         Maximum number of rounds.
     sync, n_partitions, quota, chunk_target
         Engine options, see :class:`~daskabsp.estimators.LogisticRegression`.
+    verbose : int, default=0
+        0: silent. 1 or more: a progress bar of the fit's rounds, see
+        :class:`~daskabsp.estimators.LogisticRegression`.
 
     Attributes
     ----------
@@ -102,7 +106,7 @@ class LinearSVC(LinearClassifierPredictMixin, ClassifierMixin, EngineMixin, Base
     def __init__(self, penalty="l2", loss="squared_hinge", *, dual="auto", tol=1e-4, C=1.0,
                  multi_class="ovr", fit_intercept=True, intercept_scaling=1.0,
                  class_weight=None, random_state=None, max_iter=1000, sync="absp",
-                 n_partitions=None, quota=None, chunk_target=None):
+                 n_partitions=None, quota=None, chunk_target=None, verbose=0):
         self.penalty = penalty
         self.loss = loss
         self.dual = dual
@@ -118,7 +122,9 @@ class LinearSVC(LinearClassifierPredictMixin, ClassifierMixin, EngineMixin, Base
         self.n_partitions = n_partitions
         self.quota = quota
         self.chunk_target = chunk_target
+        self.verbose = verbose
 
+    @fit_with_callbacks
     def fit(self, X, y, sample_weight=None):
         """Fit the model on a Dask cluster.
 
@@ -143,9 +149,14 @@ class LinearSVC(LinearClassifierPredictMixin, ClassifierMixin, EngineMixin, Base
             l2_intercept=l2 / self.intercept_scaling ** 2, fit_intercept=self.fit_intercept,
             tol=self.tol, max_hessian=hessian_limit(data.n_samples),
         )
+
+        def attributes(theta):  # theta: one row of parameters per one-vs-rest block
+            coef, intercept = split_theta(theta, d, self.fit_intercept)
+            return {"coef_": coef, "intercept_": intercept, "classes_": t.classes}
+
         res = self._run_engine(program, data, t.codes, t.weights, max_iter=self.max_iter,
-                               n_params=program.shape(d)[1])
-        self.coef_, self.intercept_ = split_theta(res.state.theta, d, self.fit_intercept)
-        self.classes_ = t.classes
+                               n_params=program.shape(d)[1], attributes=attributes)
+        for name, value in attributes(res.coef).items():
+            setattr(self, name, value)
         self.n_iter_ = int(res.n_iter)
         return self

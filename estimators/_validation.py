@@ -123,6 +123,7 @@ ENGINE_CONSTRAINTS: dict[str, list] = {
     "quota": [Interval(numbers.Integral, 1, None, "left"),
               Interval(numbers.Real, 0, 1, "right"), NONE],
     "chunk_target": [Interval(numbers.Real, 0, None, "neither"), NONE],
+    "verbose": [Interval(numbers.Integral, 0, None, "left"), BOOLEAN],
 }
 
 

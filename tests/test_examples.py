@@ -1,23 +1,101 @@
-"""The notebooks in examples/ run from top to bottom."""
+"""The notebooks in examples/ run from top to bottom, and show what they say they show.
+
+Each notebook is executed once; its outputs are then read back: no error, figures that are not
+blank, progress bars (their widgets' final state, which nbclient stores in the notebook's
+metadata) that ended complete, and the plotted data that a cell tagged ``figure-data`` prints
+as JSON.
+"""
 
 from __future__ import annotations
 
+import base64
+import io
+import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.ipynb"))
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+@pytest.fixture(scope="module", params=NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def executed(request, tmp_path_factory):
+    nb = nbformat.read(request.param, as_version=4)
+    path = tmp_path_factory.mktemp(request.param.stem)
+    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(path)}}).execute()
+    return request.param.name, nb
+
+
+def outputs(nb, output_type: str | None = None):
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            for o in cell.get("outputs", []):
+                if output_type is None or o.get("output_type") == output_type:
+                    yield cell, o
+
+
+def figure_data(nb) -> dict:
+    """The JSON that the cell tagged ``figure-data`` printed."""
+    cells = [c for c in nb.cells if "figure-data" in c.get("metadata", {}).get("tags", [])]
+    assert len(cells) == 1, "one cell tagged figure-data"
+    text = "".join(o.get("text", "") for o in cells[0].get("outputs", [])
+                   if o.get("output_type") == "stream" and o.get("name") == "stdout")
+    return json.loads(text)
+
+
+def progress_bars(nb) -> list[dict]:
+    """Final state of the notebook's progress bar widgets (tqdm.notebook draws them)."""
+    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    return [m["state"] for m in state.values() if m.get("model_name") == "FloatProgressModel"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs(path, tmp_path):
-    nb = nbformat.read(path, as_version=4)
-    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
-    assert not errors
+def test_notebook_runs(executed):
+    _, nb = executed
+    errors = [o for _, o in outputs(nb, "error")]
+    assert not errors, errors
+
+
+@pytest.mark.slow
+def test_notebook_figures_are_drawn(executed):
+    plt_image = pytest.importorskip("matplotlib.image")
+    _, nb = executed
+    pngs = [o["data"]["image/png"] for _, o in outputs(nb) if "image/png" in o.get("data", {})]
+    assert pngs, "the notebook shows a figure"
+    for png in pngs:
+        pixels = plt_image.imread(io.BytesIO(base64.b64decode(png)))
+        colours = np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0)
+        assert pixels.shape[0] > 100 and len(colours) > 50, "a blank figure"
+
+
+@pytest.mark.slow
+def test_notebook_shows_what_it_says(executed):
+    name, nb = executed
+    data = figure_data(nb)
+    bars = progress_bars(nb)
+    assert bars and all(b["bar_style"] == "success" and b["value"] == b["max"] >= 1
+                        for b in bars), bars
+    if name == "straggler.ipynb":
+        # One line per fit, one point per round; the heat map has a cell per partition and
+        # A-BSP round, and a mark per harvested partition (there are some).
+        assert data["lines"] == data["rounds"]
+        assert data["heat_map"] == [data["partitions"], data["rounds"]["A-BSP"]]
+        assert data["harvest_marks"] == data["harvested"] > 0
+        assert [b["value"] for b in bars] == [data["rounds"]["BSP"], data["rounds"]["A-BSP"]]
+        stdout = "".join(o.get("text", "") for _, o in outputs(nb, "stream"))
+        assert "dashboard: http://" in stdout
+    elif name == "pipeline_grid_search.ipynb":
+        # A bar per fit of the search (folds x candidates, and the refit), and the refit's
+        # objective, one point per round.
+        assert len(bars) == data["fits"] == 9
+        assert data["lines"] == [data["best_rounds"]]
+        if data["rounds_scored"] is not None:  # scikit-learn >= 1.9: a score per round
+            assert data["rounds_scored"] == data["rounds_monitored"] >= 1
+    else:
+        pytest.fail(f"say what {name} must show")

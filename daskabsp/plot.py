@@ -1,0 +1,230 @@
+"""Plots of fit histories with matplotlib (``pip install 'daskabsp[plot]'``).
+
+Importing daskabsp registers an ``absp`` accessor on ``xarray.Dataset``, so a fit history
+(``res.history``, an estimator's ``history_``) plots itself:
+
+- ``history.absp.plot_objective(ax=None, label=None)``: the objective against the time since
+  the fit started;
+- ``history.absp.plot_rows(ax=None)``: a round x partition heat map of the rows each partition
+  processed as a share of its quota, harvested partitions marked;
+- :func:`plot_objectives`: several fits on one axis (e.g. BSP against A-BSP).
+
+matplotlib is imported only when something is plotted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import xarray as xr
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+#: How the history's ``sync`` attribute reads in a legend.
+SYNC_LABELS = {"bsp": "BSP", "absp": "A-BSP"}
+
+
+def _axes(ax: Axes | None) -> Axes:
+    """``ax``, or the axes of a new figure."""
+    if ax is not None:
+        return ax
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise ImportError(
+            "Plotting a fit history needs matplotlib: pip install 'daskabsp[plot]' "
+            "(or pip install matplotlib)."
+        ) from e
+    _, ax = plt.subplots()
+    return ax
+
+
+def _check_history(ds: xr.Dataset, needs: tuple[str, ...]) -> None:
+    missing = [v for v in needs if v not in ds.variables]
+    if missing:
+        names = ", ".join(map(repr, missing))
+        raise ValueError(
+            f"This Dataset is not a daskabsp fit history: it has no {names} variable. "
+            "Plot the history of a fit (daskabsp.fit(...).history, or an "
+            "estimator's history_)."
+        )
+
+
+def fit_label(history: xr.Dataset) -> str:
+    """A short name of a fit for a legend: its sync model.
+
+    Parameters
+    ----------
+    history : xarray.Dataset
+        A fit history.
+
+    Returns
+    -------
+    str
+        ``"BSP"``, ``"A-BSP"``, or the history's ``sync`` attribute as it is.
+    """
+    sync = str(history.attrs.get("sync", "fit"))
+    return SYNC_LABELS.get(sync, sync)
+
+
+@xr.register_dataset_accessor("absp")
+class HistoryAccessor:
+    """Plots of a daskabsp fit history, as ``history.absp.<method>``.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A fit history (dims ``round`` and ``partition``).
+    """
+
+    def __init__(self, ds: xr.Dataset) -> None:
+        self._ds = ds
+
+    def plot_objective(self, ax: Axes | None = None, *, label: str | None = None,
+                       x: str = "wall_time", optimum: float | None = None,
+                       **kwargs: Any) -> Axes:
+        """Plot the objective of each round against the time since the fit started.
+
+        Parameters
+        ----------
+        ax : matplotlib.axes.Axes, optional
+            Where to plot (default: a new figure).
+        label : str, optional
+            The line's legend entry (default: the sync model, e.g. ``"A-BSP"``).
+        x : {"wall_time", "round"}, default="wall_time"
+            Seconds since the fit started at the end of each round, or the round number.
+        optimum : float, optional
+            If given, plot ``objective - optimum`` on a log scale (the distance to the
+            optimum; rounds at or below it are left out).
+        **kwargs
+            Passed to :meth:`matplotlib.axes.Axes.plot`.
+
+        Returns
+        -------
+        matplotlib.axes.Axes
+            The axes, with one more line (its data: ``x`` and the objective of each round).
+
+        Notes
+        -----
+        Under A-BSP a round's objective is estimated over the rows that round processed, so it
+        carries sampling noise.
+        """
+        ds = self._ds
+        if x not in ("wall_time", "round"):
+            raise ValueError(f"x must be 'wall_time' or 'round', got {x!r}.")
+        _check_history(ds, ("objective", "wall_time"))
+        ax = _axes(ax)
+        xs = np.asarray(ds[x].values, dtype=float)
+        ys = np.asarray(ds["objective"].values, dtype=float)
+        if optimum is not None:
+            ys = ys - optimum
+            ys = np.where(ys > 0, ys, np.nan)
+            ax.set_yscale("log")
+        kwargs.setdefault("marker", ".")
+        ax.plot(xs, ys, label=fit_label(ds) if label is None else label, **kwargs)
+        ax.set_xlabel("time since the fit started (s)" if x == "wall_time" else "round")
+        ax.set_ylabel("objective" if optimum is None else "objective - optimum")
+        ax.legend()
+        return ax
+
+    def plot_rows(self, ax: Axes | None = None, *, cmap: str = "viridis",
+                  colorbar: bool = True) -> Axes:
+        """Plot a round x partition heat map of the rows processed, as a share of the quota,
+        with the harvested partitions marked.
+
+        Under BSP every cell is 1. Under A-BSP a straggler's row is darker: the round ended
+        before it had processed its quota, and its partial statistics were harvested (marked
+        ``x``; rows whose statistics the policy discarded, ``on_quorum="drop"``, are marked
+        ``o``).
+
+        Parameters
+        ----------
+        ax : matplotlib.axes.Axes, optional
+            Where to plot (default: a new figure).
+        cmap : str, default="viridis"
+            Colour map of the share, from 0 to 1.
+        colorbar : bool, default=True
+            Add a colour bar.
+
+        Returns
+        -------
+        matplotlib.axes.Axes
+            The axes. Its image holds the share, shape (n_partitions, n_rounds), rounds along
+            x and partitions along y; its first collection (when a partition was harvested)
+            the ``(round, partition)`` of each harvested partition.
+        """
+        ds = self._ds
+        _check_history(ds, ("rows", "quota", "harvested"))
+        ax = _axes(ax)
+        share = (ds["rows"] / ds["quota"]).transpose("partition", "round").values.astype(float)
+        rounds = np.asarray(ds["round"].values)
+        parts = np.asarray(ds["partition"].values)
+        extent = (rounds[0] - 0.5, rounds[-1] + 0.5, parts[0] - 0.5, parts[-1] + 0.5) if (
+            rounds.size and parts.size) else None
+        image = ax.imshow(share, aspect="auto", origin="lower", interpolation="nearest",
+                          cmap=cmap, vmin=0.0, vmax=1.0, extent=extent)
+        harvested = ds["harvested"].transpose("partition", "round").values
+        # Discarded: rows processed but not counted (ABSP(on_quorum="drop")); a task stopped
+        # before it started processed nothing, and is marked harvested.
+        dropped = harvested & (share > 0)
+        if "counted" in ds:
+            dropped &= ~ds["counted"].transpose("partition", "round").values
+        else:
+            dropped[:] = False
+        marks = (  # red reads on every colour of viridis
+            (harvested & ~dropped, "harvested", {"marker": "x", "color": "red"}),
+            (dropped, "dropped",
+             {"marker": "o", "facecolors": "none", "edgecolors": "red"}),
+        )
+        for mask, what, style in marks:
+            if mask.any():
+                p, r = np.nonzero(mask)
+                ax.scatter(rounds[r], parts[p], s=24, linewidths=1.0, label=what, **style)
+        if len(parts) <= 16:
+            ax.set_yticks(parts)
+        ax.set_xlabel("round")
+        ax.set_ylabel("partition")
+        if colorbar:
+            ax.figure.colorbar(image, ax=ax, label="rows processed / quota")
+        return ax
+
+
+def plot_objectives(histories: Mapping[str, xr.Dataset] | Iterable[xr.Dataset],
+                    ax: Axes | None = None, *, x: str = "wall_time",
+                    optimum: float | None = None, **kwargs: Any) -> Axes:
+    """Plot the objective of several fits on one axis, e.g. BSP against A-BSP.
+
+    Parameters
+    ----------
+    histories : mapping of str to Dataset, or iterable of Dataset
+        Fit histories, keyed by their legend entry (default entry: the sync model).
+    ax : matplotlib.axes.Axes, optional
+        Where to plot (default: a new figure).
+    x : {"wall_time", "round"}, default="wall_time"
+        See :meth:`HistoryAccessor.plot_objective`.
+    optimum : float, optional
+        See :meth:`HistoryAccessor.plot_objective`.
+    **kwargs
+        Passed to :meth:`matplotlib.axes.Axes.plot` for every line.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        The axes, one line per history in the order given.
+
+    Examples
+    --------
+    >>> fits = {s: daskabsp.fit(program, X, y, sync=s) for s in ["bsp", "absp"]}  # doctest: +SKIP
+    >>> daskabsp.plot_objectives({s: r.history for s, r in fits.items()})  # doctest: +SKIP
+    """
+    items = (list(histories.items()) if isinstance(histories, Mapping)
+             else [(None, h) for h in histories])
+    if not items:
+        raise ValueError("plot_objectives needs at least one fit history.")
+    ax = _axes(ax)
+    for label, history in items:
+        history.absp.plot_objective(ax=ax, label=label, x=x, optimum=optimum, **kwargs)
+    return ax
