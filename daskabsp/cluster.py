@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import multiprocessing
 import threading
 from collections.abc import Iterator
 
@@ -63,20 +64,33 @@ def get_client() -> distributed.Client:
     return embedded_client()
 
 
+def _in_joblib_worker() -> bool:
+    return multiprocessing.get_start_method(allow_none=True) == "loky"
+
+
 def embedded_client() -> distributed.Client:
     """The embedded client of this process, started on first use and closed at exit."""
     global _embedded
     with _lock:
         if _embedded is None or _embedded.status in ("closed", "closing"):
-            with fast_malloc(), dashboard_preload():
-                cluster = distributed.LocalCluster(processes=True)
+            if _in_joblib_worker():
+                # A joblib (loky) worker process, e.g. of GridSearchCV(n_jobs=2): the other
+                # workers use the other cores, and loky's processes cannot start worker
+                # processes of their own ("cannot find context for 'loky'"); the fit runs
+                # on one thread in this process.
+                cluster = distributed.LocalCluster(processes=False, n_workers=1,
+                                                   threads_per_worker=1,
+                                                   dashboard_address=":0")
+            else:
+                with fast_malloc(), dashboard_preload():
+                    cluster = distributed.LocalCluster(processes=True)
             _embedded = distributed.Client(cluster, set_as_default=False)
             atexit.register(close_embedded)
             logger.info(
                 "daskabsp: no Dask client found, started an embedded LocalCluster with %d "
                 "workers x %d threads (dashboard %s); reused by later fits, closed at exit.",
                 len(cluster.workers),
-                max(w.nthreads for w in cluster.workers.values()) if cluster.workers else 0,
+                max(_embedded.nthreads().values(), default=0),
                 cluster.dashboard_link,
             )
         return _embedded

@@ -18,6 +18,7 @@ import time
 import uuid
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,7 +186,25 @@ def fit(
                record_params=record_params, callbacks=CallbackList(callbacks))
     if client.asynchronous:
         return run.run()
-    return _run_sync(client, run)
+    with _seceded():
+        return _run_sync(client, run)
+
+
+@contextlib.contextmanager
+def _seceded() -> Iterator[None]:
+    """Inside a Dask task (e.g. a fit run by joblib's dask backend in ``GridSearchCV``), leave
+    the worker's thread pool while the fit waits on its partition tasks: they need the
+    threads, which the outer tasks would otherwise all hold (a deadlock)."""
+    try:
+        distributed.get_worker()
+    except ValueError:
+        yield
+        return
+    distributed.secede()
+    try:
+        yield
+    finally:
+        distributed.rejoin()
 
 
 class _Call:
