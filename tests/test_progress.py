@@ -6,19 +6,18 @@ import asyncio
 import gc
 import io
 import re
-import signal
 import threading
 import time
 
 import numpy as np
 import pytest
 from distributed import Client
-from distributed.diagnostics.plugin import SchedulerPlugin
 from sklearn.datasets import make_classification
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from test_interrupt import _CtrlCOnFirstResult, _executing
 
 import daskabsp
 from daskabsp import LogisticGD, ProgressBar, RoundCallback, fit, slow_workers
@@ -174,31 +173,6 @@ def test_async_client_calls_callbacks_on_its_loop(cluster, data):
 
 def test_exported():
     assert {"ProgressBar", "RoundCallback", "RoundInfo", "FitInfo"} <= set(daskabsp.__all__)
-
-
-class _CtrlCOnFirstResult(SchedulerPlugin):
-    """SIGINT to the main thread when the first partition task of a round finishes (the test
-    cluster's scheduler runs in this process): a Ctrl-C while the driver waits for a round."""
-
-    name = "test-daskabsp-progress-ctrl-c"
-
-    def __init__(self) -> None:
-        self.sent = False
-
-    async def start(self, scheduler) -> None:
-        self.scheduler = scheduler
-
-    def transition(self, key, start, finish, *args, **kwargs) -> None:
-        if self.sent or (start, finish) != ("processing", "memory"):
-            return
-        ts = self.scheduler.tasks.get(key)
-        if ts is not None and "daskabsp" in (ts.annotations or {}):
-            self.sent = True
-            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-
-
-def _executing(dask_worker=None) -> int:
-    return len(dask_worker.state.executing)
 
 
 def test_ctrl_c_while_watched_stops_the_round_and_ends_the_callbacks(client, workers, data,
