@@ -1,0 +1,106 @@
+"""Fits that share a cluster: four at once from four threads, and a client killed mid-fit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from sklearn import linear_model as sk_linear
+from sklearn.datasets import make_classification
+
+from daskabsp import fit, slow_workers
+from daskabsp.plugins import PLUGIN_NAME
+from daskabsp.programs import LinearNewton
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = make_classification(20_000, 10, n_informative=5, random_state=3)
+    return X, y.astype(float)
+
+
+def _objective(W, X, y) -> float:
+    z = X @ W[:-1] + W[-1]
+    return float((np.logaddexp(0.0, z) - y * z).sum() + 0.5 * W[:-1] @ W[:-1])
+
+
+def test_four_fits_from_four_threads_keep_to_themselves(client, workers, data):
+    X, y = data
+    ref = sk_linear.LogisticRegression(tol=1e-10, max_iter=1000).fit(X, y)
+    best = _objective(np.r_[ref.coef_[0], ref.intercept_], X, y)
+    syncs = ["absp", "bsp", "absp", "bsp"]
+    with slow_workers(client, {workers[0]: 4.0}), ThreadPoolExecutor(4) as pool:
+        runs = [pool.submit(fit, LinearNewton(l2=1.0 / len(y), tol=1e-6), X, y, sync=s,
+                            max_iter=100, tol=None, n_partitions=4) for s in syncs]
+        results = [r.result(timeout=240) for r in runs]
+    assert len({r.history.attrs["fit_id"] for r in results}) == 4
+    for s, r in zip(syncs, results, strict=True):
+        h = r.history
+        assert r.converged and h.attrs["sync"] == s
+        assert (_objective(r.coef[0], X, y) - best) / best <= 1e-6
+        if s == "bsp":
+            # no other fit's stop reached a BSP fit's tasks: every round scanned every row
+            assert not h.harvested.values.any()
+            assert (h.rows_total.values == len(y)).all()
+        else:
+            assert h.harvested.values.any()
+
+
+def _fits_of_client(client_id: str, dask_scheduler=None) -> list[str]:
+    plugin = dask_scheduler.plugins[PLUGIN_NAME]
+    return sorted({r.fit for r in plugin.rounds.values() if r.client == client_id})
+
+
+def _keys_of_fits(fits: list[str], dask_scheduler=None) -> int:
+    return sum(any(f in str(k) for f in fits) for k in dask_scheduler.tasks)
+
+
+@pytest.mark.slow
+def test_client_killed_mid_fit_is_forgotten(client, cluster, data, tmp_path):
+    """SIGKILL of a fitting process: the scheduler forgets its rounds and keys, and another
+    client's fit on the same cluster runs as usual meanwhile."""
+    script = tmp_path / "fitter.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        import numpy as np
+        from distributed import Client
+        from daskabsp import LogisticGD, fit
+        client = Client({cluster.scheduler_address!r})
+        print(client.id, flush=True)
+        rng = np.random.default_rng(0)
+        X = rng.standard_normal((20_000, 10))
+        y = (X[:, 0] > 0).astype(float)
+        fit(LogisticGD(), X, y, sync="absp", max_iter=100_000, tol=None, n_partitions=4)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        client_id = proc.stdout.readline().strip()
+        assert client_id
+        deadline = time.monotonic() + 60
+        while (not client.run_on_scheduler(_fits_of_client, client_id)
+               and time.monotonic() < deadline):
+            pass  # poll the scheduler until the other client's fit is running
+        fits = client.run_on_scheduler(_fits_of_client, client_id)
+        assert fits and client.run_on_scheduler(_keys_of_fits, fits) > 0
+        os.kill(proc.pid, signal.SIGKILL)
+        X, y = data
+        ours = fit(LinearNewton(l2=1.0 / len(y), tol=1e-6), X, y, sync="absp", max_iter=100,
+                   tol=None, n_partitions=4)
+        assert ours.converged
+        deadline = time.monotonic() + 60
+        while ((client.run_on_scheduler(_fits_of_client, client_id)
+                or client.run_on_scheduler(_keys_of_fits, fits))
+               and time.monotonic() < deadline):
+            pass  # the scheduler notices the lost client when its connection drops
+        assert client.run_on_scheduler(_fits_of_client, client_id) == []
+        assert client.run_on_scheduler(_keys_of_fits, fits) == 0
+    finally:
+        proc.kill()
+        proc.wait()
