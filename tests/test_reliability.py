@@ -104,3 +104,28 @@ def test_client_killed_mid_fit_is_forgotten(client, cluster, data, tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def _state_sizes(dask_scheduler=None) -> tuple[int, int, int]:
+    plugin = dask_scheduler.plugins[PLUGIN_NAME]
+    return len(dask_scheduler.tasks), len(plugin.rounds), len(plugin.key_round)
+
+
+@pytest.mark.slow
+def test_a_thousand_partitions(client):
+    """Small data in 1 000 partitions: the rounds complete, and what the scheduler holds
+    (tasks, the plugin's rounds and keys) does not grow from round to round."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((20_000, 5))
+    y = (X[:, 0] > 0).astype(float)
+    sizes = []
+
+    def record(r, coef, obj):
+        sizes.append(client.run_on_scheduler(_state_sizes))
+
+    res = fit(LinearNewton(l2=1e-4, tol=1e-6), X, y, sync="absp", max_iter=6, tol=None,
+              n_partitions=1000, callback=record)
+    assert res.history.sizes["partition"] == 1000 and len(sizes) == res.n_iter >= 3
+    tasks, rounds, keys = zip(*sizes[1:], strict=True)
+    assert max(tasks) - min(tasks) <= 1000  # at most one round's tasks still being released
+    assert max(rounds) <= 2 and max(keys) <= 2000
