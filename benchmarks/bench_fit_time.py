@@ -170,7 +170,8 @@ def main() -> None:
                     f"{t['median'] / base.get('none', {}).get(sync, np.nan):.2f}",
                     "" if sync == "bsp" or "bsp" not in times else
                     f"{summary(times['bsp'])['median'] / t['median']:.2f}",
-                    "" if not frozen_ok else f"{sum(frozen_ok)}/{len(frozen_ok)}"])
+                    "" if not frozen_ok or sync != "absp" else
+                    f"{sum(frozen_ok)}/{len(frozen_ok)}"])
                 raw.append({"model": name, "scenario": scenario, "sync": sync,
                             "seconds": times[sync], "rounds": counts[sync]})
         print(f"-- {name}: {X.shape[0]} x {X.shape[1]}, "

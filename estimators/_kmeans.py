@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from numbers import Integral, Real
 
 import dask
@@ -35,6 +36,16 @@ from ._validation import (
 AUTO_N_INIT = 10
 #: k-means|| sampling rounds for ``init_max_iter=None``.
 DEFAULT_INIT_ROUNDS = 5
+
+
+def _scattered(client, a, rows: tuple[int, ...]):
+    """``a`` as a dask array of row chunks of ``rows`` rows, each scattered to a worker."""
+    bounds = np.cumsum((0, *rows))
+    futures = client.scatter([a[i:j] for i, j in itertools.pairwise(bounds)],
+                             hash=False)
+    meta = a[:0]
+    return da.concatenate([da.from_delayed(f, shape=(n, *a.shape[1:]), dtype=a.dtype, meta=meta)
+                           for f, n in zip(futures, rows, strict=True)])
 
 
 def _labels(X, centers):
@@ -172,10 +183,11 @@ default="k-means++"
             n = data.n_samples
             q, r = divmod(n, P)
             rows = tuple(q + (i < r) for i in range(P))
-            X = da.from_array(data.X, chunks=(rows, data.X.shape[1]),
-                              asarray=not sp.issparse(data.X))
-            w = None if data.sample_weight is None else da.from_array(
-                data.sample_weight, chunks=(rows,))
+            # Scattered to the workers, not sent inside the graph: the scheduler would keep a
+            # copy of the rows for as long as the fit runs.
+            X = _scattered(client, data.X, rows)
+            w = None if data.sample_weight is None else _scattered(
+                client, data.sample_weight, rows)
         X, w = client.persist([X, w]) if w is not None else (client.persist(X), None)
         return X, w
 
