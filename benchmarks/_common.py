@@ -417,3 +417,20 @@ def stop_receipts(client: Client) -> dict[str, float]:
             for rid in rounds:
                 out.setdefault((addr, rid), t)
     return out
+
+
+class FitCallback:
+    """Base of the benchmarks' scikit-learn fit callbacks (``set_callbacks``, scikit-learn >=
+    1.9): every hook a no-op; subclasses override ``on_fit_task_end``."""
+
+    def setup(self, estimator, context) -> None:
+        pass
+
+    def teardown(self, estimator, context) -> None:
+        pass
+
+    def on_fit_task_begin(self, estimator, context) -> None:
+        pass
+
+    def on_fit_task_end(self, estimator, context, *, fitted_estimator=None) -> bool:
+        return False

@@ -41,6 +41,7 @@ import warnings
 import dask.array as da
 import numpy as np
 from _common import (
+    FitCallback,
     gather_local,
     load_note,
     local_cluster,
@@ -161,7 +162,7 @@ def inertia(centers: np.ndarray, X) -> float:
 
 # -- daskabsp: one fit, per-round times ------------------------------------------------------
 
-class RoundMarks:
+class RoundMarks(FitCallback):
     """A scikit-learn fit callback (``sklearn.callback``, scikit-learn >= 1.9): when each
     engine round ended, since ``t0``, and its parameters (``coef_`` then ``intercept_``, or
     ``cluster_centers_``). Its own time is kept in ``spent`` and left out of the marks."""
@@ -170,15 +171,6 @@ class RoundMarks:
         self.t0 = t0
         self.spent = 0.0
         self.marks: list[tuple[float, np.ndarray]] = []
-
-    def setup(self, estimator, context) -> None:
-        pass
-
-    def teardown(self, estimator, context) -> None:
-        pass
-
-    def on_fit_task_begin(self, estimator, context) -> None:
-        pass
 
     def on_fit_task_end(self, estimator, context, *, fitted_estimator=None) -> bool:
         if context.task_name != "round":

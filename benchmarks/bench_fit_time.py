@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Callable
 
 import numpy as np
-from _common import load_note, parse_args, spread, summary, table, write_json
+from _common import FitCallback, load_note, parse_args, spread, summary, table, write_json
 from _data import dense_classification, dense_regression
 from distributed import Client, LocalCluster
 from sklearn.datasets import make_blobs
@@ -64,7 +64,7 @@ def models(quick: bool, seed: int) -> dict[str, tuple[Callable, Callable]]:
     }
 
 
-class Transient:
+class Transient(FitCallback):
     """A scikit-learn fit callback (``set_callbacks``, scikit-learn >= 1.9): after each engine
     round, a seeded random worker becomes ``FACTOR`` times slower for the next round (the
     engine's emulation plugin, registered again under the same name)."""
@@ -77,15 +77,6 @@ class Transient:
         plugin = SlowWorkers({self.rng.choice(self.workers): FACTOR})
         plugin.name = "bench-transient"
         self.client.register_plugin(plugin)
-
-    def setup(self, estimator, context) -> None:
-        pass
-
-    def teardown(self, estimator, context) -> None:
-        pass
-
-    def on_fit_task_begin(self, estimator, context) -> None:
-        pass
 
     def on_fit_task_end(self, estimator, context, *, fitted_estimator=None) -> bool:
         if context.task_name == "round":
