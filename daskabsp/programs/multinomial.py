@@ -122,28 +122,27 @@ class MultinomialNewton(NewtonProgram):
         g = grad.reshape(K, p)
         d = X.shape[1]
         sP = P * s[:, None]
+        if self.fit_intercept:
+            g[:, d] += G.sum(axis=0)
+        if tp.lbfgs and probe is not None:
+            # Row i's Hessian times the probe, in score space: s_i (P_i * v_i - P_i (P_i . v_i)),
+            # from the same product with X as the gradient.
+            U = sP * (V - (P * V).sum(axis=1, keepdims=True))
+            GU = np.asarray(X.T @ np.hstack([G, U]))
+            g[:, :d] += GU[:, :K].T
+            hv = hess[K * p:].reshape(K, p)
+            hv[:, :d] += GU[:, K:].T
+            if self.fit_intercept:
+                hv[:, d] += U.sum(axis=0)
+        else:
+            g[:, :d] += np.asarray(X.T @ G).T
         if tp.lbfgs:
             Dm = sP * (1.0 - P)
             dg = hess[:K * p].reshape(K, p)
             dg[:, :d] += diagonal_sums(X, Dm).T
             if self.fit_intercept:
-                g[:, d] += G.sum(axis=0)
                 dg[:, d] += Dm.sum(axis=0)
-            if probe is None:
-                g[:, :d] += np.asarray(X.T @ G).T
-                return
-            # Row i's Hessian times the probe, in score space: s_i (P_i * v_i - P_i (P_i . v_i)).
-            U = sP * (V - (P * V).sum(axis=1, keepdims=True))
-            GU = np.asarray(X.T @ np.hstack([G, U]))
-            hv = hess[K * p:].reshape(K, p)
-            g[:, :d] += GU[:, :K].T
-            hv[:, :d] += GU[:, K:].T
-            if self.fit_intercept:
-                hv[:, d] += U.sum(axis=0)
             return
-        g[:, :d] += np.asarray(X.T @ G).T
-        if self.fit_intercept:
-            g[:, d] += G.sum(axis=0)
         Xt = X.toarray() if sp.issparse(X) else X
         if self.fit_intercept:
             Xt = np.hstack([Xt, np.ones((n, 1))])
