@@ -395,7 +395,7 @@ class StopReceipts(WorkerPlugin):
     idempotent = True
 
     def setup(self, worker) -> None:
-        from daskabsp.plugins import STOP_OP
+        from daskabsp.protocol import STOP_OP
 
         inner = worker.stream_handlers[STOP_OP]
         log = worker.extensions.setdefault("bench-stop-receipts", [])

@@ -11,8 +11,12 @@ sized so that a straggler-free BSP fit takes about 2 s or more. Scenarios:
 * ``frozen``: 3 workers; 1 s into the fit one of them is stopped (SIGSTOP) for 30 s, or until
   the fit returns (A-BSP only, and BSP for the first model: a BSP fit waits the 30 s).
 
-Per model and scenario, BSP and A-BSP run interleaved (the order alternates per repeat). Not
-yet here: dask-ml's solvers (``bench_estimators.py`` and ``bench_solvers.py`` compare them).
+Per model and scenario, BSP, A-BSP (the default: with helpers) and A-BSP as published
+(``ABSP(helpers=False)``, "absp-paper") run interleaved (the order alternates per repeat); for
+binary logistic regression also dask-ml's Newton solver (its fastest here, see
+``bench_solvers.py``) on the same data as dask arrays (not under ``transient``: dask-ml has no
+per-round hook, and not under ``frozen``). "worker MiB" is the most training data one worker
+holds in the A-BSP fit (its partitions and the copies helpers read, ``daskabsp.replicas``).
 The ideal time with a persistent straggler is the straggler-free BSP time scaled by the lost
 capacity, n / (n - 1 + 1/F) (1.6x for 2 workers and F = 4). The table prints medians [IQR].
 """
@@ -34,7 +38,7 @@ from distributed import Client, LocalCluster
 from sklearn.datasets import make_blobs
 from sklearn.exceptions import ConvergenceWarning
 
-from daskabsp import SlowWorkers
+from daskabsp import ABSP, SlowWorkers
 from daskabsp.cluster import fast_malloc
 from daskabsp.estimators import KMeans, LinearSVC, LogisticRegression, Ridge
 
@@ -84,10 +88,21 @@ class Transient(FitCallback):
         return False
 
 
-def fit_once(client, make, X, y, sync: str, scenario: str, seed: int):
-    """One timed fit under ``scenario``: seconds, rounds, and (frozen) whether it returned
-    before the worker was resumed."""
-    est = make(sync)
+SYNCS = {"absp": "absp", "absp-paper": ABSP(helpers=False), "bsp": "bsp"}
+
+
+def fit_once(client, make, X, y, sync: str, scenario: str, seed: int, daskml=None):
+    """One timed fit under ``scenario``: seconds, rounds, (frozen) whether it returned
+    before the worker was resumed, and the most data bytes a worker held."""
+    if sync == "dask-ml":
+        from bench_solvers import daskml_fit
+
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            daskml_fit(client, "newton", *daskml)
+        return time.perf_counter() - t0, -1, None, np.nan
+    est = make(SYNCS[sync])
     if scenario == "transient":
         hook = Transient(client, seed)
         hook.slow_one()
@@ -113,7 +128,13 @@ def fit_once(client, make, X, y, sync: str, scenario: str, seed: int):
         if scenario == "transient":
             client.unregister_worker_plugin("bench-transient")
     returned = seconds < FREEZE_AFTER + FREEZE_FOR if scenario == "frozen" else None
-    return seconds, int(np.max(getattr(est, "n_iter_", -1))), returned
+    held = est.history_.attrs.get("max_worker_data_bytes", np.nan)
+    return seconds, int(np.max(getattr(est, "n_iter_", -1))), returned, held
+
+
+def mib(values) -> str:
+    finite = [v for v in values if np.isfinite(v)]
+    return f"{max(finite) / 2**20:.0f}" if finite else ""
 
 
 def main() -> None:
@@ -131,7 +152,10 @@ def main() -> None:
         base = {}
         for scenario in scenarios:
             n_workers = 3 if scenario == "frozen" else n_cores
-            syncs = ["absp"] + (["bsp"] if scenario != "frozen" or name == wanted[0] else [])
+            syncs = ["absp", "absp-paper"] + (
+                ["bsp"] if scenario != "frozen" or name == wanted[0] else [])
+            if name == "logistic" and scenario in ("none", "persistent"):
+                syncs.append("dask-ml")
             with fast_malloc(), LocalCluster(n_workers=n_workers, threads_per_worker=1,
                                              processes=True, dashboard_address=":0") as cl, \
                     Client(cl) as client:
@@ -139,16 +163,25 @@ def main() -> None:
                 plugin = SlowWorkers({slow: FACTOR}) if scenario == "persistent" else None
                 if plugin is not None:
                     client.register_plugin(plugin)
+                daskml = None
+                if "dask-ml" in syncs:
+                    from bench_solvers import daskml_arrays
+
+                    daskml = daskml_arrays(client, X, y)
                 times = {s: [] for s in syncs}
                 counts = {s: [] for s in syncs}
-                frozen_ok = []
+                held = {s: [] for s in syncs}
+                frozen_ok = {s: [] for s in syncs}
                 for r in range(repeats):
                     for sync in (syncs if r % 2 == 0 else syncs[::-1]):
-                        sec, n, ok = fit_once(client, make, X, y, sync, scenario, args.seed + r)
+                        sec, n, ok, b = fit_once(client, make, X, y, sync, scenario,
+                                                 args.seed + r, daskml)
                         times[sync].append(sec)
                         counts[sync].append(n)
-                        if ok is not None and sync == "absp":
-                            frozen_ok.append(ok)
+                        held[sync].append(b)
+                        if ok is not None:
+                            frozen_ok[sync].append(ok)
+                del daskml
             for sync in syncs:
                 t = summary(times[sync])
                 base.setdefault(scenario, {})[sync] = t["median"]
@@ -157,20 +190,22 @@ def main() -> None:
                     n = n_cores
                     ideal = f"{base['none']['bsp'] * n / (n - 1 + 1 / FACTOR):.2f}"
                 rows.append([f"{name} {scenario} {sync}", spread(t), "/".join(
-                    str(c) for c in sorted(set(counts[sync]))), ideal,
+                    str(c) for c in sorted(set(counts[sync])) if c >= 0), ideal,
+                    f"{t['median'] / float(ideal):.2f}" if ideal else "",
                     f"{t['median'] / base.get('none', {}).get(sync, np.nan):.2f}",
                     "" if sync == "bsp" or "bsp" not in times else
                     f"{summary(times['bsp'])['median'] / t['median']:.2f}",
-                    "" if not frozen_ok or sync != "absp" else
-                    f"{sum(frozen_ok)}/{len(frozen_ok)}"])
+                    "" if not frozen_ok[sync] else
+                    f"{sum(frozen_ok[sync])}/{len(frozen_ok[sync])}",
+                    mib(held[sync])])
                 raw.append({"model": name, "scenario": scenario, "sync": sync,
                             "seconds": times[sync], "rounds": counts[sync]})
         print(f"-- {name}: {X.shape[0]} x {X.shape[1]}, "
               f"{X.nbytes / 2**20 / n_cores:.0f} MiB of X per worker", flush=True)
     print(f"\nFit time: est.fit(X, y) at default parameters, {n_cores} workers x 1 thread "
           f"(frozen: 3), {repeats} interleaved repeats; seconds median [IQR]")
-    print(table(["model scenario sync", "fit s", "rounds", "ideal s", "/no straggler",
-                 "BSP/A-BSP", "returned while frozen"], rows))
+    print(table(["model scenario sync", "fit s", "rounds", "ideal s", "/ideal",
+                 "/no straggler", "BSP/this", "returned while frozen", "worker MiB"], rows))
     print(load_note(load0))
     print(f"results: {write_json('bench_fit_time', args, {'runs': raw})}")
 

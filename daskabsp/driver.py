@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import queue
@@ -32,7 +33,7 @@ from distributed import as_completed
 from distributed.client import FutureCancelledError
 from distributed.scheduler import KilledWorker
 
-from . import _config
+from . import _config, coverage
 from .callbacks import (
     CallbackArg,
     CallbackList,
@@ -48,13 +49,16 @@ from .partitions import (
     check_finite_block,
     is_dask,
     move,
+    nbytes_by_worker,
     place,
+    replicate,
     row_chunks,
     wait_all,
 )
 from .plugins import AbspSchedulerPlugin, AbspWorkerPlugin, stop_on_worker
 from .policies import Policy, as_policy
 from .programs.base import PartitionStats, Program
+from .protocol import SETTLED_HANDLER, SILENT_HANDLER, RoundId
 from .reporting import FitReporter, open_reporter
 from .runtime import PartialResult, run_partition
 from .validation import check_data, check_int, check_quota, check_real
@@ -327,6 +331,17 @@ def balance(assignment: list[str | None], nthreads: dict[str, int]) -> list[str]
     return out  # type: ignore[return-value]
 
 
+def _speeds(speed: dict[str, float], results) -> None:
+    """Update ``speed`` (rows per second per thread, per worker) from a round's scans."""
+    per: dict[str, tuple[int, float]] = {}
+    for res in results:
+        if res.rows > 0 and res.compute_seconds > 0 and res.worker:
+            rows, secs = per.get(res.worker, (0, 0.0))
+            per[res.worker] = (rows + res.rows, secs + res.compute_seconds)
+    for w, (rows, secs) in per.items():
+        speed[w] = rows / secs
+
+
 def idle_result(cursor: int, worker: str) -> PartialResult:
     """The result of a task that had not started when its round stopped: nothing computed."""
     return PartialResult(stats=None, rows=0, cursor=cursor, stopped=True, compute_seconds=0.0,
@@ -355,7 +370,7 @@ class _Fit:
         self._ran = (0, False)  # (rounds run, converged), for the callbacks' on_fit_end
         self._callback_seconds = 0.0
         self.fit_id = uuid.uuid4().hex[:8]
-        self._in_flight: str | None = None  # the round whose tasks may be running
+        self._in_flight: list[RoundId] = []  # the rounds whose tasks may be running
         self._halted: asyncio.Future | None = None
         self.reporter: FitReporter | None = None  # reports to the dashboard page
 
@@ -433,16 +448,16 @@ class _Fit:
         flag set it returns at its next chunk. Stops once; later calls wait for the same stop.
         """
         if self._halted is None:
-            self._halted = asyncio.ensure_future(self._stop_everywhere(self._in_flight))
+            self._halted = asyncio.ensure_future(self._stop_everywhere(list(self._in_flight)))
         return self._halted
 
-    async def _stop_everywhere(self, rid: str | None) -> None:
-        if rid is None:
+    async def _stop_everywhere(self, rids: list[RoundId]) -> None:
+        if not rids:
             return
         try:
-            await self.client.run(stop_on_worker, [rid])
+            await self.client.run(stop_on_worker, [str(r) for r in rids])
         except Exception as e:  # e.g. the client is closing: its tasks are released anyway
-            logger.debug("daskabsp: could not stop round %s: %r", rid, e)
+            logger.debug("daskabsp: could not stop rounds %s: %r", rids, e)
 
     async def _gather(self, futs) -> list:
         """``client.gather(futs)``, entered once they are all done.
@@ -484,7 +499,12 @@ class _Fit:
         rec = HistoryRecorder(P)
         if self.reporter is not None:
             self.reporter.start(program=program.name, sync=policy.name, n_partitions=P)
-        rids: list[str] = []
+        rids: list[RoundId] = []
+        helped = policy.helped and int(_config.get("replicas")) > 0
+        if helped:
+            await replicate(client, parts, self.data, assign, int(_config.get("replicas")))
+        self.held_bytes = await nbytes_by_worker(client, parts, assign)
+        speed: dict[str, float] = {}  # rows per second per thread, as last measured
         prev_obj = None
         converged = False
         if self.callbacks:
@@ -510,10 +530,12 @@ class _Fit:
             if time.perf_counter() >= next_check:
                 members = asyncio.ensure_future(client.scheduler.ncores())
                 next_check = time.perf_counter() + interval
+            if helped:  # helpers make every round cover its quota: stop at the quorum
+                q, round_quotas = quorum, quotas
             for attempt in range(_ROUND_ATTEMPTS):
-                rid = f"{self.fit_id}:{r}" + (f".{attempt}" if attempt else "")
+                rid = RoundId(self.fit_id, r).retry(attempt)
                 futs = []
-                self._in_flight = rid
+                self._in_flight = [rid]
                 try:
                     async with self._round_params(params, rid) as arg:
                         futs = self._submit(parts, arg, rid, q, cursors, round_quotas,
@@ -523,20 +545,37 @@ class _Fit:
                         results, late = await self._collect(
                             futs, rid, cursors,
                             settle=policy.stops and self.signal == "scheduler")
+                        owned = results
+                        if helped:
+                            _speeds(speed, results)
+                            self._in_flight.append(rid.helpers())
+                            results, helped_rows, by_worker = await self._help(
+                                parts, arg, rid.helpers(), results, cursors, round_quotas,
+                                assign, speed, nthreads, unresponsive | set(late.values()))
                     break
                 except (KilledWorker, FutureCancelledError) as e:
                     logger.warning("daskabsp: round %d failed (%r); retrying", r, e)
                     await client.cancel(futs)
                     if any(f.status != "finished" for f in parts.futures):
                         parts = await place(client, *self.data, sizes)
+                        if helped:
+                            await replicate(client, parts, self.data, assign,
+                                            int(_config.get("replicas")))
                     if attempt == _ROUND_ATTEMPTS - 1:
                         raise
                 except asyncio.CancelledError:  # Ctrl-C, or the caller cancelled the fit
                     await self.halt()
                     raise
-            self._in_flight = None
+            self._in_flight = []
             rids.append(rid)
             del futs
+            if not helped:
+                helped_rows, by_worker = [0] * P, {}
+            worker_rows = Counter(dict.fromkeys(nthreads, 0))
+            worker_rows.update(by_worker)
+            for res in owned:
+                if res.rows:
+                    worker_rows[res.worker] += res.rows
 
             counted = [res.rows > 0 and (policy.keep_partial or not res.stopped)
                        for res in results]
@@ -555,20 +594,22 @@ class _Fit:
                 compute_seconds=[res.compute_seconds for res in results],
                 task_start=[res.start - epoch0 for res in results],
                 task_stop=[res.stop - epoch0 for res in results],
-                harvested=[res.stopped for res in results], counted=counted,
-                worker=[res.worker for res in results],
+                harvested=[res.stopped for res in owned], counted=counted,
+                worker=[res.worker for res in owned], helped_rows=helped_rows,
+                worker_rows=worker_rows,
             )
             if self.reporter is not None:
                 self.reporter.round(
                     round=r, wall=wall, objective=float(obj),
                     rows=[int(res.rows) for res in results], quota=[int(q) for q in round_quotas],
                     compute=[float(res.compute_seconds) for res in results],
-                    harvested=[bool(res.stopped) for res in results],
-                    worker=[res.worker for res in results],
+                    harvested=[bool(res.stopped) for res in owned],
+                    worker=[res.worker for res in owned],
                 )
-            for p, res in enumerate(results):
+            for p, (res, own) in enumerate(zip(results, owned, strict=True)):
                 cursors[p] = policy.next_cursor(cursors[p], res.rows, sizes[p],
                                                 finished=not res.stopped)
+                res = own  # chunk sizes follow the partition's own scan
                 if res.chunk_rows and res.rows >= 4 * res.chunk_rows:
                     # Refine from the whole scan's speed (the probe chunk is noisy). Not
                     # below the probe's rows: a chunk's fixed cost (its share of statistics
@@ -583,12 +624,13 @@ class _Fit:
                 staleness[p] = 0 if counted[p] else staleness[p] + 1
             state = program.update(state, stats, k)
 
-            ran_on = [res.worker or a for res, a in zip(results, assign, strict=False)]
+            ran_on = [res.worker or a for res, a in zip(owned, assign, strict=False)]
             if ran_on != assign and members is None:
                 members = asyncio.ensure_future(client.scheduler.ncores())
             live = await members if members is not None else nthreads
             if members is not None and unresponsive:
                 unresponsive &= await self._silent(unresponsive)  # who answers rejoins
+            owned_by_silent = list(parts.X)
             if late:
                 unresponsive |= set(late.values())
                 logger.warning(
@@ -599,14 +641,21 @@ class _Fit:
             if set(live) != set(nthreads) or ran_on != assign or late:
                 nthreads = live
                 new = balance(ran_on, live)
+                for p in late:  # a partition with a copy on a live worker moves there
+                    ok = [w for w in (parts.copies[p] if parts.copies else ()) if w in live]
+                    if ok:
+                        new[p] = ok[0]
+                        parts.X[p], parts.y[p], parts.sample_weight[p] = \
+                            parts.copies[p].pop(ok[0])
                 if new != assign:
                     logger.info("daskabsp: workers changed; partitions re-balanced: %s", new)
                 assign = new
-            if late and not is_dask(self.data[0]):
+            lost = [p for p in late if parts.X[p] is owned_by_silent[p]] if late else []
+            if lost and not is_dask(self.data[0]):
                 # In-memory input: the fitting process holds the rows, so the partitions of a
                 # silent worker are placed again on the worker they are assigned to now.
                 await asyncio.gather(*(move(client, parts, p, *self.data, assign[p])
-                                       for p in late))
+                                       for p in lost))
 
             self._ran = (r + 1, False)
             if self.callbacks:
@@ -614,7 +663,7 @@ class _Fit:
                     round=r, max_iter=self.max_iter, objective=float(obj),
                     coef=np.asarray(program.coefficients(state)), rows=int(k),
                     rows_asked=int(sum(round_quotas)), n_samples=N,
-                    harvested=sum(bool(res.stopped) for res in results), n_partitions=P,
+                    harvested=sum(bool(res.stopped) for res in owned), n_partitions=P,
                     elapsed=rec.wall[-1])
                 if await self._call(self.callbacks.round_end, info):
                     break
@@ -632,29 +681,23 @@ class _Fit:
             "sync": policy.name, "policy": repr(policy), "program": program.name,
             "program_repr": repr(program), "fit_id": self.fit_id, "n_partitions": P,
             "converged": int(converged),
+            "replicas": int(_config.get("replicas")) if helped else 0,
+            "max_worker_data_bytes": max(self.held_bytes.values(), default=0),
         }
         history = rec.dataset(attrs=attrs, sizes=sizes, harvest_latency=latency,
                               stop_time=stop_time)
         return FitResult(coef=np.asarray(program.coefficients(state)), state=state,
                          history=history, n_iter=len(rids), converged=converged)
 
-    def _prefix(self, rid: str, what: str = "") -> str:
-        """The key prefix of round ``rid``'s tasks (``what`` names other keys of the round)."""
-        r = int(rid.split(":", 1)[1].split(".", 1)[0])
-        prefix = f"daskabsp-{self.program.name}{what}-{self.fit_id}-{r:05d}"
-        if "." in rid:
-            prefix += "-retry" + rid.rsplit(".", 1)[1]
-        return prefix
-
     @contextlib.asynccontextmanager
-    async def _round_params(self, params, rid: str):
+    async def _round_params(self, params, rid: RoundId):
         """``params`` as round ``rid``'s tasks take them: inline, or, when larger than
         ``daskabsp.inline-params``, scattered once for the round (every task then depends on
         that one key instead of carrying a copy) and released when the round is over."""
         if sizeof(params) <= _config.nbytes("inline-params"):
             yield params
             return
-        key = self._prefix(rid, "-params")
+        key = rid.key_prefix(self.program.name, "-params")
         # A dict, because scatter would split a tuple of parameters into one key per item.
         fut = (await self.client.scatter({key: params}, broadcast=True, hash=False))[key]
         try:
@@ -665,8 +708,8 @@ class _Fit:
     def _submit(self, parts, params, rid, quorum, cursors, quotas, chunk_rows, staleness,
                 assign):
         program = self.program
-        prefix = self._prefix(rid)
-        ann = {"fit": self.fit_id, "round": rid.split(":", 1)[1], "quorum": quorum}
+        prefix = rid.key_prefix(program.name)
+        ann = rid.annotation(quorum)
         futs = []
         with distributed.span("daskabsp", f"{program.name}-{self.fit_id}"), \
                 dask.annotate(daskabsp=ann):
@@ -675,7 +718,8 @@ class _Fit:
             for p in sorted(range(len(parts)), key=lambda p: -staleness[p]):
                 futs.append(self._submit_call(
                     "run", run_partition, self._program_arg(), params, parts.X[p], parts.y[p],
-                    parts.sample_weight[p], round_id=rid, cursor=cursors[p], quota=quotas[p],
+                    parts.sample_weight[p], round_id=str(rid), cursor=cursors[p],
+                    quota=quotas[p],
                     chunk_rows=chunk_rows[p], chunk_target=self.chunk_target,
                     ends_round=quorum == 1,
                     key=(prefix, p), workers=[assign[p]], allow_other_workers=True,
@@ -683,6 +727,66 @@ class _Fit:
                 ))
         order = {f.key[1]: f for f in futs}
         return [order[p] for p in range(len(parts))]
+
+    async def _help(self, parts: Partitions, params, hid: RoundId, results, cursors, quotas,
+                    assign, speed, nthreads, exclude) -> tuple[list, list[int], Counter]:
+        """The helper phase of a round: what the partitions' own scans left of their quotas,
+        split by :func:`coverage.plan` among the workers holding copies (not those in
+        ``exclude``) and scanned there; returns the results merged per partition, per
+        partition the rows scanned in this phase, and per worker the rows it scanned here
+        that count."""
+        program, sizes = self.program, parts.sizes
+        helped = [0] * len(sizes)
+        # A worker whose tasks of the round all stayed queued is busy with other work (its
+        # thread held by another job's task): a piece there would wait for that work too.
+        ran = {res.worker for res in results if not math.isnan(res.start)}
+        exclude = set(exclude) | {res.worker for res in results
+                                  if math.isnan(res.start) and res.worker not in ran}
+        leftovers = [
+            coverage.Leftover(p, (cursors[p] + res.rows) % sizes[p], quotas[p] - res.rows,
+                              sizes[p], tuple(w for w in parts.holders(p, assign[p])
+                                              if w not in exclude))
+            for p, res in enumerate(results) if quotas[p] > res.rows]
+        live = {w: n for w, n in nthreads.items() if w not in exclude}
+        known = [speed[w] for w in live if w in speed]
+        guess = float(np.median(known)) if known else 1.0
+        rate = {w: speed.get(w, guess) for w in live}
+        pieces = coverage.plan(leftovers, rate, live, min_rows=int(_config.get("probe-rows")))
+        by_worker: Counter[str] = Counter()
+        if not pieces:
+            return results, helped, by_worker
+        prefix = hid.key_prefix(program.name)
+        futs = []
+        with distributed.span("daskabsp", f"{program.name}-{self.fit_id}"), \
+                dask.annotate(daskabsp=hid.annotation(0)):
+            for i, pc in enumerate(pieces):
+                X, y, sw = parts.holders(pc.partition, assign[pc.partition])[pc.worker]
+                futs.append(self._submit_call(
+                    "run", run_partition, self._program_arg(), params, X, y, sw,
+                    round_id=str(hid), cursor=pc.start, quota=pc.rows,
+                    chunk_rows=max(1, int(rate[pc.worker] * self.chunk_target)),
+                    chunk_target=self.chunk_target, key=(prefix, i), workers=[pc.worker],
+                    allow_other_workers=True))
+        got, _ = await self._collect(futs, hid, [pc.start for pc in pieces],
+                                     settle=self.signal == "scheduler")
+        del futs
+        by_part: dict[int, list] = {}
+        for pc, res in zip(pieces, got, strict=True):
+            # A piece given up on (its worker went silent) counts nothing.
+            by_part.setdefault(pc.partition, []).append(
+                (pc, res.stats if res.rows == pc.rows else None))
+        out = list(results)
+        for p, done in by_part.items():
+            own = results[p]
+            cov = coverage.merge(cursors[p], sizes[p], own.rows, own.stats,
+                                 own.stats_before_wrap, done, program.combine)
+            out[p] = dataclasses.replace(
+                own, stats=cov.stats, rows=cov.rows, cursor=(cursors[p] + cov.rows) % sizes[p],
+                stopped=cov.rows < quotas[p], stats_before_wrap=cov.stats_before_wrap)
+            helped[p] = cov.helped
+            for pc in cov.pieces:
+                by_worker[pc.worker] += pc.rows
+        return out, helped, by_worker
 
     def _program_arg(self):
         return self._remote["program"] if self.signal == "driver-opaque" else self.program
@@ -697,7 +801,7 @@ class _Fit:
             return self.client.submit(apply, self._remote[name], list(args), kwargs, **opts)
         return self.client.submit(func, *args, **kwargs, **opts)
 
-    async def _collect(self, futs, rid: str, cursors: list[int], *,
+    async def _collect(self, futs, rid: RoundId, cursors: list[int], *,
                        settle: bool) -> list[PartialResult]:
         """The round's results. With ``settle``, stop waiting once the scheduler says the round
         has settled: a task that was still queued when the stop reached its worker (behind the
@@ -705,8 +809,9 @@ class _Fit:
         empty result here and its future is released, usually before it runs."""
         if not settle:
             return await self._gather(futs), {}
-        ans = await self.client.scheduler.daskabsp_settled(
-            round=rid, unresponsive=_config.seconds("unresponsive-after")) or {}
+        settled = getattr(self.client.scheduler, SETTLED_HANDLER)
+        ans = await settled(round=str(rid),
+                            unresponsive=_config.seconds("unresponsive-after")) or {}
         idle = dict(ans.get("idle", ()))
         # Given up: their worker went silent. Their rows stay unprocessed; whatever they
         # return later is never gathered (the futures are released with the round).
@@ -720,18 +825,18 @@ class _Fit:
     async def _silent(self, workers: set[str]) -> set[str]:
         """Those of ``workers`` still in the cluster and not heard from for
         ``daskabsp.unresponsive-after`` (judged on the scheduler's clock)."""
-        return set(await self.client.scheduler.daskabsp_silent(
+        return set(await getattr(self.client.scheduler, SILENT_HANDLER)(
             workers=sorted(workers), seconds=_config.seconds("unresponsive-after")))
 
-    async def _driver_stop(self, futs, rid: str, quorum: int) -> None:
+    async def _driver_stop(self, futs, rid: RoundId, quorum: int) -> None:
         done = 0
         async for _ in as_completed(futs, loop=self.client.loop):
             done += 1
             if done == quorum:
-                await self.client.run(stop_on_worker, [rid])
+                await self.client.run(stop_on_worker, [str(rid)])
                 return
 
-    async def _round_times(self, rids: list[str], epoch0: float):
+    async def _round_times(self, rids: list[RoundId], epoch0: float):
         """Per round, from the scheduler's log: quorum to last result (the harvest latency), and
         when the quorum was reached (the stop sent) in seconds after ``epoch0``."""
         nan = [math.nan] * len(rids)
@@ -741,7 +846,7 @@ class _Fit:
             return nan, nan
         latency, stop_time = [], []
         for rid in rids:
-            i = info.get(rid) or {}
+            i = info.get(str(rid)) or {}
             tq, tl = i.get("quorum_time"), i.get("last_time")
             latency.append(tl - tq if tq is not None and tl is not None else math.nan)
             stop_time.append(tq - epoch0 if tq is not None else math.nan)

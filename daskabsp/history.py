@@ -17,6 +17,7 @@ _PER_PARTITION = {
     "harvested": ("bool", "stopped by the round's stop before its quota", None),
     "counted": ("bool", "statistics used in the update", None),
     "worker": ("str", "worker that ran the task", None),
+    "helped_rows": ("int64", "of rows, those scanned in the round's helper phase", None),
 }
 
 
@@ -28,13 +29,17 @@ class HistoryRecorder:
         self.wall: list[float] = []
         self.objective: list[float] = []
         self.params: list[np.ndarray] = []
+        self.worker_rows: list[dict[str, int]] = []
         self.parts: dict[str, list] = {k: [] for k in _PER_PARTITION}
 
-    def add(self, *, wall: float, objective: float, params: np.ndarray | None, **parts) -> None:
+    def add(self, *, wall: float, objective: float, params: np.ndarray | None,
+            worker_rows: dict[str, int] | None = None, **parts) -> None:
         self.wall.append(wall)
+        self.worker_rows.append(dict(worker_rows or {}))
         self.objective.append(objective)
         if params is not None:
             self.params.append(np.array(params, copy=True))
+        parts.setdefault("helped_rows", [0] * self.n_partitions)
         for k in _PER_PARTITION:
             self.parts[k].append(parts[k])
 
@@ -75,12 +80,19 @@ class HistoryRecorder:
                 {"long_name": "quorum reached (stop sent) since the fit started, scheduler "
                               "clock, on the task_start / task_stop timeline", "units": "s"},
             )
+        workers = sorted({w for d in self.worker_rows for w in d})
+        data["worker_rows"] = (
+            ("round", "address"),
+            np.array([[d.get(w, 0) for w in workers] for d in self.worker_rows],
+                     dtype="int64").reshape(n, len(workers)),
+            {"long_name": "counted rows each worker scanned (own partitions and helping)"})
         if self.params:
             data["params"] = (("round", "param"), np.stack(self.params),
                               {"long_name": "parameters the round's statistics were taken at"})
         return xr.Dataset(
             data,
-            coords={"round": rounds, "partition": np.arange(self.n_partitions)},
+            coords={"round": rounds, "partition": np.arange(self.n_partitions),
+                    "address": np.asarray(workers, dtype=str)},
             attrs=attrs,
         )
 

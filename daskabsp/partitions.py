@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import dask.array as da
@@ -48,6 +48,8 @@ class Partitions:
     sample_weight: list[Future | None]
     sizes: tuple[int, ...]
     n_features: int
+    #: Per partition, the copies helpers read: worker -> (X, y, sample_weight) futures there.
+    copies: list[dict[str, tuple]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -55,6 +57,11 @@ class Partitions:
     @property
     def futures(self) -> list[Future]:
         return [f for f in (*self.X, *self.y, *self.sample_weight) if f is not None]
+
+    def holders(self, p: int, owner: str) -> dict[str, tuple]:
+        """Where partition ``p`` can be read: its ``owner`` and the workers with a copy."""
+        own = (self.X[p], self.y[p], self.sample_weight[p])
+        return {owner: own, **(self.copies[p] if self.copies else {})}
 
 
 def _as_dask(a, chunks: tuple[int, ...]):
@@ -126,6 +133,62 @@ async def move(client, parts: Partitions, p: int, X, y, sample_weight, worker: s
     a = sum(parts.sizes[:p])
     new = await _scatter_rows(client, (X, y, sample_weight), a, a + parts.sizes[p], worker)
     parts.X[p], parts.y[p], parts.sample_weight[p] = new
+
+
+async def replicate(client, parts: Partitions, data, owners: list[str],
+                    n_copies: int) -> None:
+    """Give each partition ``n_copies`` copies on workers other than its owner (the next
+    workers after it in address order), for helpers to read; ``parts.copies`` records them.
+
+    In-memory input (``data`` is ``(X, y, sample_weight)``) is scattered from this process;
+    a dask array's chunks are copied worker to worker. Copies are keys of their own, so
+    Dask's active memory manager, which drops extra replicas of a key, leaves them alone.
+    """
+    workers = sorted(await client.scheduler.ncores())
+    parts.copies = [{} for _ in parts.sizes]
+    if n_copies < 1 or len(workers) < 2:
+        return
+    bounds = np.cumsum((0, *parts.sizes))
+    lazy = any(is_dask(a) for a in data)
+    jobs, where = [], []
+    for p, owner in enumerate(owners):
+        i = workers.index(owner) if owner in workers else p % len(workers)
+        for k in range(1, min(n_copies, len(workers) - 1) + 1):
+            w = workers[(i + k) % len(workers)]
+            where.append((p, w))
+            if lazy:
+                jobs.append(_copy_on(client, (parts.X[p], parts.y[p], parts.sample_weight[p]),
+                                     w))
+            else:
+                jobs.append(_scatter_rows(client, data, bounds[p], bounds[p + 1], w))
+    for (p, w), futs in zip(where, await asyncio.gather(*jobs), strict=True):
+        parts.copies[p][w] = tuple(futs)
+
+
+async def _copy_on(client, futs, worker: str) -> list[Future | None]:
+    """A copy of each of ``futs`` (None stays None) made on ``worker`` (a task there that
+    returns its argument, which Dask fetches from where it lives)."""
+    out = [None if f is None else client.submit(_same, f, workers=[worker], pure=False,
+                                                 key=f"daskabsp-copy-{uuid.uuid4().hex[:12]}")
+           for f in futs]
+    await wait_all(client, [f for f in out if f is not None])
+    return out
+
+
+def _same(a):
+    return a
+
+
+async def nbytes_by_worker(client, parts: Partitions, owners: list[str]) -> dict[str, int]:
+    """Bytes of training data each worker holds for the fit (its partitions and copies), as
+    the scheduler measured them."""
+    where = [(w, f.key) for p, owner in enumerate(owners)
+             for w, futs in parts.holders(p, owner).items() for f in futs if f is not None]
+    size = await client.scheduler.nbytes(keys=[k for _, k in where], summary=False)
+    out: dict[str, int] = {}
+    for w, k in where:
+        out[w] = out.get(w, 0) + int(size.get(k, 0))
+    return out
 
 
 async def wait_all(client, futures) -> None:

@@ -132,8 +132,9 @@ class HistoryAccessor:
 
     def plot_rows(self, ax: Axes | None = None, *, cmap: str = "viridis",
                   colorbar: bool = True) -> Axes:
-        """Plot a round x partition heat map of the rows processed, as a share of the quota,
-        with the harvested partitions marked.
+        """Plot a round x partition heat map of the rows each partition's own task processed,
+        as a share of the quota (the rest of a helped partition's rows were scanned by
+        helpers), with the harvested partitions marked.
 
         Under BSP every cell is 1. Under A-BSP a straggler's row is darker: the round ended
         before it had processed its quota, and its partial statistics were harvested (marked
@@ -159,7 +160,8 @@ class HistoryAccessor:
         ds = self._ds
         _check_history(ds, ("rows", "quota", "harvested"))
         ax = _axes(ax)
-        share = (ds["rows"] / ds["quota"]).transpose("partition", "round").values.astype(float)
+        own = ds["rows"] - ds["helped_rows"] if "helped_rows" in ds else ds["rows"]
+        share = (own / ds["quota"]).transpose("partition", "round").values.astype(float)
         rounds = np.asarray(ds["round"].values)
         parts = np.asarray(ds["partition"].values)
         extent = (rounds[0] - 0.5, rounds[-1] + 0.5, parts[0] - 0.5, parts[-1] + 0.5) if (

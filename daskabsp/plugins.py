@@ -29,18 +29,23 @@ from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 
 from . import _config
 from .monitor import FitBook, page_status
+from .protocol import (
+    ANNOTATION,
+    IDLE_OP,
+    PAGE_STATUS_HANDLER,
+    REPORT_HANDLER,
+    ROUND_INFO_HANDLER,
+    SETTLED_HANDLER,
+    SILENT_HANDLER,
+    STOP_HANDLER,
+    STOP_OP,
+    RoundId,
+)
 from .runtime import EXTENSION
 
 logger = logging.getLogger(__name__)
 
 PLUGIN_NAME = "daskabsp"
-ANNOTATION = "daskabsp"
-STOP_OP = "daskabsp-stop"
-IDLE_OP = "daskabsp-idle"
-#: Scheduler handler (RPC) through which a driver reports a fit to the dashboard page.
-REPORT_HANDLER = "daskabsp_fit_report"
-#: Scheduler handler (RPC) that says whether the scheduler serves the daskabsp page.
-PAGE_STATUS_HANDLER = "daskabsp_page_status"
 
 
 class AbspWorkerPlugin(WorkerPlugin):
@@ -60,7 +65,7 @@ class AbspWorkerPlugin(WorkerPlugin):
         self._flags: OrderedDict[str, threading.Event] = OrderedDict()
         self._max = int(_config.get("max-rounds-per-worker"))
         worker.stream_handlers[STOP_OP] = self.stop
-        worker.handlers["daskabsp_stop"] = self._stop_rpc
+        worker.handlers[STOP_HANDLER] = self._stop_rpc
         worker.extensions[EXTENSION] = self
 
     def flag(self, round_id: str) -> threading.Event:
@@ -114,7 +119,8 @@ class AbspWorkerPlugin(WorkerPlugin):
 
 @dataclass
 class _Round:
-    rid: str
+    rid: str  # str(RoundId), as on the wire
+    number: int  # the round's number in its fit
     fit: str
     quorum: int  # 0: never stop (BSP)
     client: str | None
@@ -145,9 +151,9 @@ class AbspSchedulerPlugin(SchedulerPlugin):
 
     Client-callable handlers: ``daskabsp_round_info(fit)`` returns the timing log of a fit's
     rounds (when the quorum was reached, when the round settled), ``daskabsp_settled(round)``
-    waits until a round has settled and returns its idle tasks, and
-    ``daskabsp_stop_round(rounds)`` stops rounds on request, ``daskabsp_fit_report(fit,
-    events)`` takes a driver's reports of a fit for the dashboard page (:attr:`book`) and
+    waits until a round has settled and returns its idle tasks, ``daskabsp_silent(workers,
+    seconds)`` names the silent ones among workers, ``daskabsp_fit_report(fit, events)`` takes
+    a driver's reports of a fit for the dashboard page (:attr:`book`) and
     ``daskabsp_page_status()`` says whether this scheduler serves that page.
     """
 
@@ -166,10 +172,9 @@ class AbspSchedulerPlugin(SchedulerPlugin):
 
     async def start(self, scheduler) -> None:
         self.scheduler = scheduler
-        scheduler.handlers["daskabsp_round_info"] = self.round_info
-        scheduler.handlers["daskabsp_stop_round"] = self.stop_rounds
-        scheduler.handlers["daskabsp_settled"] = self.settled
-        scheduler.handlers["daskabsp_silent"] = self.silent
+        scheduler.handlers[ROUND_INFO_HANDLER] = self.round_info
+        scheduler.handlers[SETTLED_HANDLER] = self.settled
+        scheduler.handlers[SILENT_HANDLER] = self.silent
         scheduler.handlers[REPORT_HANDLER] = self.fit_report
         scheduler.handlers[PAGE_STATUS_HANDLER] = self.page_status
         scheduler.stream_handlers[IDLE_OP] = self._idle
@@ -181,10 +186,12 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         if not ann:
             return
         for key, a in ann.items():
-            rid = f"{a['fit']}:{a['round']}"
+            round_id = RoundId.from_annotation(a)
+            rid = str(round_id)
             r = self.rounds.get(rid)
             if r is None:
-                r = self.rounds[rid] = _Round(rid, a["fit"], int(a["quorum"]), client)
+                r = self.rounds[rid] = _Round(rid, round_id.round, round_id.fit,
+                                              int(a["quorum"]), client)
                 announced = self._announced.pop(rid, None)
                 if announced is not None:
                     announced.set()
@@ -241,8 +248,7 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         if self.rounds.pop(r.rid, None) is not None:
             self.log.append((r.rid, r.fit, r.finished, r.t_quorum, r.t_last))
             if r.t_quorum is not None and r.t_last is not None:
-                self.book.note_latency(r.fit, int(r.rid.split(":", 1)[1].split(".", 1)[0]),
-                                       r.t_last - r.t_quorum)
+                self.book.note_latency(r.fit, r.number, r.t_last - r.t_quorum)
         if r.settled is not None:
             r.settled.set()  # release waiters of a round that can no longer settle
 
@@ -346,14 +352,6 @@ class AbspSchedulerPlugin(SchedulerPlugin):
                 return []
             out.append((key, ws.address))
         return out
-
-    def stop_rounds(self, rounds=()) -> None:
-        """Stop ``rounds`` now (used by the driver's fallback and by users)."""
-        for rid in rounds:
-            r = self.rounds.get(rid)
-            if r is not None and not r.stopped:
-                r.t_quorum = time.time()
-                self._stop(r)
 
     def fit_report(self, fit: str, events=()) -> None:
         """A driver's reports of ``fit`` for the dashboard page, see :class:`FitBook`."""

@@ -20,7 +20,7 @@ class Policy:
     """Base class of the synchronisation policies."""
 
     name: ClassVar[str] = "policy"
-    # Subclasses declare ``cursor: Literal["resume", "restart"]`` as their last field.
+    # Subclasses declare a field ``cursor: Literal["resume", "restart"]``.
 
     def __post_init__(self) -> None:
         if self.cursor not in _CURSORS:
@@ -41,6 +41,12 @@ class Policy:
     @property
     def stops(self) -> bool:
         """Whether this policy may stop partitions before their quota."""
+        return False
+
+    @property
+    def helped(self) -> bool:
+        """Whether the rows stopped partitions leave are shared among the other workers in
+        the same round (see :class:`ABSP`'s ``helpers``)."""
         return False
 
     def next_cursor(self, cursor: int, rows: int, n: int, *, finished: bool) -> int:
@@ -94,6 +100,13 @@ class ABSP(Policy):
     cursor : {"resume", "restart"}, default="resume"
         ``"resume"`` starts a stopped partition at its first unprocessed row (unprocessed data is
         prioritised); ``"restart"`` starts every partition at row 0 each round (ablation).
+    helpers : bool, default=True
+        Once the round is stopped, share the rows the stopped partitions left of their quota
+        among the workers holding a copy of them (``daskabsp.replicas`` copies, made when the
+        fit places its data), in proportion to the speed each showed in the round, and count
+        them in the same round: the round covers every row at the speed of the workers that
+        are fast, and a silent worker's partitions are scanned from their copies. Only with
+        ``on_quorum="harvest"`` and ``cursor="resume"``; False gives A-BSP as published.
 
     References
     ----------
@@ -105,9 +118,15 @@ class ABSP(Policy):
     quorum: int = 1
     on_quorum: Literal["harvest", "drop"] = "harvest"
     cursor: Literal["resume", "restart"] = "resume"
+    helpers: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not isinstance(self.helpers, bool):
+            raise ValueError(
+                "The 'helpers' parameter of ABSP must be an instance of 'bool'. "
+                f"Got {self.helpers!r} instead."
+            )
         q = self.quorum
         if isinstance(q, bool) or not isinstance(q, int) or q < 1:
             raise ValueError(
@@ -130,6 +149,10 @@ class ABSP(Policy):
     @property
     def stops(self) -> bool:
         return True
+
+    @property
+    def helped(self) -> bool:
+        return self.helpers and self.on_quorum == "harvest" and self.cursor == "resume"
 
     def check(self, n_partitions: int) -> None:
         if self.quorum > n_partitions:

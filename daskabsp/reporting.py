@@ -19,7 +19,7 @@ import logging
 from typing import Any
 
 from .monitor import PAGE
-from .plugins import PAGE_STATUS_HANDLER, REPORT_HANDLER
+from .protocol import PAGE_STATUS_HANDLER, REPORT_HANDLER
 
 logger = logging.getLogger(__name__)
 

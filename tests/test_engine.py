@@ -74,7 +74,10 @@ def test_bsp_reproduces_numpy_gradient_descent(client, data):
     np.testing.assert_allclose(res.history.params.values, trace, rtol=1e-10, atol=1e-14)
     np.testing.assert_allclose(res.coef, w_ref, rtol=1e-10)
     h = res.history
-    assert res.n_iter == 25 and h.sizes == {"round": 25, "partition": 4, "param": 11}
+    assert res.n_iter == 25
+    assert dict(h.sizes) == {"round": 25, "partition": 4, "param": 11,
+                             "address": len(set(h.worker.values.ravel()))}
+    assert (h.worker_rows.sum("address") == h.rows.sum("partition")).all()
     assert (h.rows == h.partition_size).all() and not h.harvested.any()
     assert h.attrs["sync"] == "bsp"
 
@@ -85,9 +88,11 @@ def test_absp_harvests_straggler_and_reaches_optimum(client, big, workers):
     target = sklearn_optimum(X, y) * (1 + 1e-3)
     slow = workers[0]
     with slow_workers(client, {slow: 8.0}):
-        res = fit(program, X, y, sync="absp", max_iter=400, tol=None, n_partitions=4,
+        res = fit(program, X, y, sync=ABSP(helpers=False), max_iter=400, tol=None,
+                  n_partitions=4,
                   callback=lambda r, w, obj: program.full_objective(w, X, y) <= target)
     h = res.history
+    assert not h.helped_rows.any()
     (p,) = straggler_partitions(h, slow)
     rows = h.rows.sel(partition=p).values
     quota = h.quota.sel(partition=p).values
@@ -115,6 +120,29 @@ def test_absp_harvests_straggler_and_reaches_optimum(client, big, workers):
     np.testing.assert_array_equal(cur[1:], (cur[:-1] + rows[:-1]) % n_p)
     assert np.nanmedian(h.harvest_latency.values) < 0.5
     assert program.full_objective(res.coef, X, y) <= target, res.n_iter
+
+
+def test_helpers_cover_every_row_at_the_fast_workers_speed(client, big, workers):
+    """With helpers (the default), what the straggler leaves each round is scanned by the
+    workers that hold a copy, split by measured speed: every round counts every row, and the
+    slowed worker's share of the rows follows its speed within a few rounds."""
+    X, y = big
+    program = LogisticGD(C=C)
+    slow = workers[0]
+    with slow_workers(client, {slow: 8.0}):
+        res = fit(program, X, y, sync="absp", max_iter=6, tol=None, n_partitions=4)
+    h = res.history
+    assert h.attrs["replicas"] == 1
+    np.testing.assert_array_equal(h.rows.values, np.broadcast_to(h.quota.values, h.rows.shape))
+    assert h.counted.all()
+    assert h.helped_rows.sum("partition").min() > 0  # the straggler is helped every round
+    share = (h.worker_rows.sel(address=slow) / h.worker_rows.sum("address")).values
+    # An 8x slower worker of 2 scans 1/9 of the rows when rows follow speed; 1/2 without.
+    assert np.median(share[2:]) < 0.25, share
+    np.testing.assert_array_equal(h.worker_rows.sum("address"), h.rows.sum("partition"))
+    # every round is the full-batch gradient step: the same path as BSP's
+    ref = fit(program, X, y, sync="bsp", max_iter=6, tol=None, n_partitions=4)
+    np.testing.assert_allclose(res.coef, ref.coef, rtol=1e-9)
 
 
 def test_drop_discards_straggler_statistics_and_keeps_cursor(client, big, workers):
@@ -152,7 +180,8 @@ def test_unstarted_tasks_return_zero_rows_at_once(client, big, workers):
     # computing its first task when the fast worker finishes, so its second has not started.
     # (With equal workers the others may finish their first task before the stop reaches them.)
     with slow_workers(client, {w: 8.0 for w in workers[1:]}):
-        res = fit(LogisticGD(C=C), X, y, sync="absp", max_iter=12, tol=None, n_partitions=8)
+        res = fit(LogisticGD(C=C), X, y, sync=ABSP(helpers=False), max_iter=12, tol=None,
+                  n_partitions=8)
     h = res.history
     zero = (h.rows == 0).values
     assert zero[1:].sum(axis=1).min() >= 1
@@ -177,7 +206,9 @@ def _hold(started: str, release: str) -> bool:
 
 def test_absp_round_does_not_wait_for_a_task_queued_behind_another_job(client, data, workers):
     """A busy neighbour: another job's task holds worker 0's only thread, so the fit's
-    partition there queues behind it. A-BSP ends every round without it (BSP would wait)."""
+    partition there queues behind it. A-BSP ends every round without it (BSP would wait), and
+    its helpers scan that partition's rows from the copy on another worker, giving the busy
+    worker none of them."""
     import uuid
 
     from distributed import Event
@@ -204,8 +235,11 @@ def test_absp_round_does_not_wait_for_a_task_queued_behind_another_job(client, d
     assert on_busy.sum(axis=1).max() == 1
     assert on_busy.any(axis=1).sum() >= res.n_iter - 1
     assert np.isnan(h.task_start.values[on_busy]).all()
-    assert (h.rows.values[on_busy] == 0).all()
-    assert (h.rows_total > 0).all()  # the other partitions made every round
+    np.testing.assert_array_equal(
+        h.rows.values, np.broadcast_to(h.partition_size.values, h.rows.shape))
+    np.testing.assert_array_equal(h.helped_rows.values[on_busy], h.rows.values[on_busy])
+    busy_rounds = on_busy.any(axis=1)
+    assert (h.worker_rows.sel(address=workers[0]).values[busy_rounds] == 0).all()
 
 def test_concurrent_bsp_and_absp_fits_do_not_stop_each_other(cluster, big, workers):
     import asyncio

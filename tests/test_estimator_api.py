@@ -169,7 +169,8 @@ def test_convergence_warning_and_history(client, clf_data):
         warnings.simplefilter("error", ConvergenceWarning)
         est = LogisticRegression(n_partitions=2, sync=ABSP()).fit(X, y)
     h = est.history_
-    assert dict(h.sizes) == {"round": est.n_iter_[0], "partition": 2}
+    assert dict(h.sizes) == {"round": est.n_iter_[0], "partition": 2,
+                             "address": len(client.nthreads())}
     assert h.attrs["sync"] == "absp"
     assert {"rows", "harvested", "objective", "wall_time"} <= set(h.variables)
 

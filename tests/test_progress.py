@@ -20,7 +20,7 @@ from sklearn.preprocessing import StandardScaler
 from test_interrupt import _CtrlCOnFirstResult, _executing
 
 import daskabsp
-from daskabsp import LogisticGD, ProgressBar, RoundCallback, fit, slow_workers
+from daskabsp import ABSP, LogisticGD, ProgressBar, RoundCallback, fit, slow_workers
 from daskabsp.estimators import KMeans, LinearSVC, LogisticRegression, Ridge, _callbacks
 from daskabsp.estimators._callbacks import callback_api
 from daskabsp.estimators._validation import InvalidParameterError
@@ -97,8 +97,8 @@ def test_bar_shows_the_harvest(client, workers, data):
     X, y = data
     buf = io.StringIO()
     with slow_workers(client, {workers[0]: 20.0}):
-        res = fit(LogisticGD(), X, y, sync="absp", max_iter=3, tol=None, n_partitions=4,
-                  callback=ProgressBar(file=buf))
+        res = fit(LogisticGD(), X, y, sync=ABSP(helpers=False), max_iter=3, tol=None,
+                  n_partitions=4, callback=ProgressBar(file=buf))
     harvested = int(res.history.harvested.isel(round=-1).sum())
     share = int(res.history.rows_total[-1]) / int(res.history.quota.isel(round=-1).sum())
     text = buf.getvalue()

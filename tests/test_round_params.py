@@ -58,11 +58,13 @@ def _poll(condition, what: str, timeout: float = 30.0) -> None:
 
 
 def _params_deps(log, fit_id: str) -> dict[str, list[str]]:
-    """Round key prefix -> the parameter keys each of its tasks depends on."""
+    """Round key prefix -> the parameter keys each of its tasks (the partitions' own and
+    their helpers') depends on."""
     out: dict[str, list[str]] = {}
     for kind, key, *deps in log:
         if kind == "task" and isinstance(key, tuple) and fit_id in key[0]:
-            out.setdefault(key[0], []).append([d for d in deps[0] if "-params-" in d])
+            out.setdefault(key[0].split("-help")[0], []).append(
+                [d for d in deps[0] if "-params-" in d])
     return out
 
 

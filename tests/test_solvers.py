@@ -17,7 +17,7 @@ from sklearn.preprocessing import StandardScaler
 from test_estimators import assert_close_objective, harvested_rounds, logistic_objective
 
 import daskabsp
-from daskabsp import slow_workers
+from daskabsp import ABSP, slow_workers
 from daskabsp.estimators import LogisticRegression
 from daskabsp.programs import LinearNewton, MultinomialNewton
 from daskabsp.programs.newton import hessian_limit
@@ -66,16 +66,20 @@ def test_hessian_limit_follows_the_work():
     assert MultinomialNewton(n_classes=10).curvature(1210).kind == "lbfgs"
 
 
-@pytest.mark.parametrize("sync", ["bsp", "absp"])
+@pytest.mark.parametrize("sync", ["bsp", "absp", "absp-paper"])
 def test_multinomial_above_hessian_size_matches_sklearn(many_classes, slowed, sync):
     X, y, ref = many_classes
-    est = LogisticRegression(sync=sync, n_partitions=4).fit(X, y)
+    policy = ABSP(helpers=False) if sync == "absp-paper" else sync
+    est = LogisticRegression(sync=policy, n_partitions=4).fit(X, y)
     limit = hessian_limit(X.shape[0])
     assert limit < 1210 and f"max_hessian={limit}" in est.history_.attrs["program_repr"]
     assert_close_objective(logistic_objective(est, X, y), logistic_objective(ref, X, y))
     assert abs(est.score(X, y) - ref.score(X, y)) < 0.005
     np.testing.assert_allclose(est.intercept_.sum(), 0.0, atol=1e-8)
-    if sync == "absp":
+    if sync == "absp":  # helpers: every round covers every row, helping the straggler
+        assert (est.history_.rows_total.values == X.shape[0]).all()
+        assert est.history_.helped_rows.sum("partition").min() > 0
+    if sync == "absp-paper":
         # partial rounds while they make progress, then full rounds to the end
         full = est.history_.rows_total.values == X.shape[0]
         first = int(np.argmax(full))

@@ -1,0 +1,164 @@
+"""Which rows a round covers: the stragglers' leftover rows shared out, and the pieces merged.
+
+Under A-BSP with helpers a round has two phases. In the first, every partition is scanned by
+its own task from its cursor, and the round's stop ends the scans once the quorum has finished.
+What a stopped partition left of its quota is then split into *pieces*, contiguous row ranges
+given to the workers that hold a copy of the partition, in proportion to the speed they showed
+in the first phase, so that the second phase ends at about the same time everywhere. A
+partition's counted rows are the longest run of rows from its cursor that the owner's scan and
+the pieces cover without a gap: a piece lost with its worker ends the run, and what follows it
+waits for the next round. So every row is counted at most once per round, and the cursor moves
+past exactly the rows counted.
+
+This module is bookkeeping only (no Dask): :func:`plan` decides the pieces, :func:`merge`
+turns a partition's results into what the round counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Leftover:
+    """Rows of partition ``partition`` (of ``size`` rows) still to cover in a round.
+
+    They are ``start, start + 1, ...`` (``rows`` of them), wrapping from row ``size - 1`` to
+    row 0, and can be read on any of ``holders`` (workers with a copy of the partition).
+    """
+
+    partition: int
+    start: int
+    rows: int
+    size: int
+    holders: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """Rows ``start .. start + rows - 1`` of ``partition`` (never across its last row), to be
+    scanned on ``worker``."""
+
+    partition: int
+    start: int
+    rows: int
+    worker: str
+
+
+def plan(leftovers: Sequence[Leftover], speed: Mapping[str, float],
+         threads: Mapping[str, int], *, min_rows: int = 1) -> list[Piece]:
+    """Split ``leftovers`` into pieces for the workers in ``speed`` (rows per second per
+    thread), so that each worker's share follows its speed times its ``threads``.
+
+    Workers not in ``speed`` (gone, silent) get nothing; a leftover none of whose holders is
+    in ``speed`` gets no piece. A worker's share of a partition below ``min_rows`` rows goes
+    to the partition's fastest holder instead, so pieces stay worth a task. Each worker's
+    share of a partition is cut into at most ``threads`` pieces, and at the partition's last
+    row.
+    """
+    cap = {w: max(float(s), 0.0) * max(int(threads.get(w, 1)), 1) for w, s in speed.items()}
+    todo = [lo for lo in leftovers if lo.rows > 0 and any(w in cap for w in lo.holders)]
+    total_cap = sum(cap.values())
+    if not todo or total_cap <= 0:
+        return []
+    # The time at which every worker would be done if rows could go anywhere; each worker's
+    # budget is what it scans in that time. Partitions with the fewest holders go first,
+    # while their holders still have budget.
+    horizon = sum(lo.rows for lo in todo) / total_cap
+    budget = {w: c * horizon for w, c in cap.items()}
+    pieces: list[Piece] = []
+    for lo in sorted(todo, key=lambda lo: (len(lo.holders), lo.partition)):
+        holders = sorted({w for w in lo.holders if w in cap}, key=lambda w: (-cap[w], w))
+        weight = {w: max(budget[w], 0.0) for w in holders}
+        if sum(weight.values()) <= 0:  # every holder's budget is spent: share by speed
+            weight = {w: cap[w] for w in holders}
+        if sum(weight.values()) <= 0:
+            weight = {w: 1.0 for w in holders}
+        share = _apportion(lo.rows, [weight[w] for w in holders])
+        for i in range(1, len(holders)):
+            if 0 < share[i] < min_rows and share[0] > 0:
+                share[0] += share[i]
+                share[i] = 0
+        pos = lo.start
+        for w, rows in zip(holders, share, strict=True):
+            if rows <= 0:
+                continue
+            budget[w] -= rows
+            cuts = _apportion(rows, [1.0] * max(1, min(int(threads.get(w, 1)),
+                                                        rows // max(min_rows, 1))))
+            for n in cuts:
+                pos = _emit(pieces, lo, pos, n, w)
+    return pieces
+
+
+def _emit(pieces: list[Piece], lo: Leftover, pos: int, rows: int, worker: str) -> int:
+    """Append ``rows`` rows of ``lo`` from ``pos`` as pieces on ``worker`` (two if they cross
+    the partition's last row); return the row after them."""
+    while rows > 0:
+        n = min(rows, lo.size - pos)
+        pieces.append(Piece(lo.partition, pos, n, worker))
+        rows -= n
+        pos = (pos + n) % lo.size
+    return pos
+
+
+def _apportion(total: int, weights: Sequence[float]) -> list[int]:
+    """``total`` split into integers following ``weights`` (largest remainders)."""
+    s = float(sum(weights))
+    if s <= 0:
+        return [total] + [0] * (len(weights) - 1)
+    raw = [total * w / s for w in weights]
+    out = [math.floor(r) for r in raw]
+    rest = total - sum(out)
+    for i in sorted(range(len(raw)), key=lambda i: out[i] - raw[i])[:rest]:
+        out[i] += 1
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Covered:
+    """What a partition's round counts: ``rows`` rows from its cursor, their statistics,
+    and (for programs that split at the wrap) the statistics up to its last row."""
+
+    rows: int
+    stats: Any
+    stats_before_wrap: Any
+    helped: int  # of ``rows``, those scanned by pieces
+    pieces: tuple[Piece, ...] = ()  # the pieces counted
+
+
+def merge(start: int, size: int, owner_rows: int, owner_stats: Any, owner_head: Any,
+          pieces: Sequence[tuple[Piece, Any | None]],
+          combine: Callable[[list[Any]], Any]) -> Covered:
+    """Merge a partition's own scan (``owner_rows`` rows from ``start``) with its pieces.
+
+    ``pieces`` pairs each piece with its statistics, or None for a piece that was lost (its
+    worker was given up on). Counted are the owner's rows and then the pieces that continue
+    them without a gap; ``combine`` adds statistics. ``owner_head`` is the owner's statistics
+    up to the partition's last row when its scan wrapped (None otherwise).
+    """
+    by_start = {p.start: (p, s) for p, s in pieces if s is not None and p.rows > 0}
+    stats = [owner_stats] if owner_rows > 0 and owner_stats is not None else []
+    rows, helped, counted = owner_rows, 0, []
+    head = owner_head
+    pos = (start + owner_rows) % size
+    wrapped = owner_head is not None or (owner_rows > 0 and pos == 0)
+    while pos in by_start and rows < size:
+        piece, s = by_start.pop(pos)
+        if rows + piece.rows > size:
+            break
+        stats.append(s)
+        counted.append(piece)
+        rows += piece.rows
+        helped += piece.rows
+        pos = (piece.start + piece.rows) % size
+        if pos == 0 and not wrapped:
+            head = combine(stats)
+            wrapped = True
+    if not stats:
+        return Covered(0, None, None, 0)
+    return Covered(rows, combine(stats) if len(stats) > 1 else stats[0], head, helped,
+                   tuple(counted))

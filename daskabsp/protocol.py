@@ -1,0 +1,81 @@
+"""What the fitting process, the scheduler plugin and the worker plugin say to each other.
+
+Round ids are :class:`RoundId` values in the code; on the wire (task annotations, stream
+messages, handler arguments) they travel as ``str(round_id)``, which the scheduler plugin
+builds from a task's annotation (:meth:`RoundId.from_annotation`) and never parses back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+#: The annotation naming a task's round: ``{"fit", "round", "attempt", "phase", "quorum"}``.
+ANNOTATION = "daskabsp"
+#: Scheduler -> worker (batched stream): stop these rounds; which of these keys are idle?
+STOP_OP = "daskabsp-stop"
+#: Worker -> scheduler (batched stream): these keys of a stopped round were not executing.
+IDLE_OP = "daskabsp-idle"
+#: Worker handler (RPC): stop these rounds (when the worker plugin's stream op is unknown).
+STOP_HANDLER = "daskabsp_stop"
+#: Scheduler handlers (RPC), called by the fitting process.
+SETTLED_HANDLER = "daskabsp_settled"
+SILENT_HANDLER = "daskabsp_silent"
+ROUND_INFO_HANDLER = "daskabsp_round_info"
+REPORT_HANDLER = "daskabsp_fit_report"
+PAGE_STATUS_HANDLER = "daskabsp_page_status"
+
+
+@dataclass(frozen=True, slots=True)
+class RoundId:
+    """One set of tasks that is stopped and settled together.
+
+    Attributes
+    ----------
+    fit : str
+        The fit's id.
+    round : int
+        The round's number in the fit.
+    attempt : int
+        0, or the retry of a round that lost a worker.
+    phase : int
+        0 for the partitions' own scans, 1 for the helpers that scan what they left.
+    """
+
+    fit: str
+    round: int
+    attempt: int = 0
+    phase: int = 0
+
+    def __str__(self) -> str:
+        s = f"{self.fit}:{self.round}"
+        if self.attempt or self.phase:
+            s += f".{self.attempt}"
+        if self.phase:
+            s += f".{self.phase}"
+        return s
+
+    def annotation(self, quorum: int) -> dict:
+        """The task annotation of this round's tasks (``quorum`` 0: never stopped)."""
+        return {"fit": self.fit, "round": self.round, "attempt": self.attempt,
+                "phase": self.phase, "quorum": quorum}
+
+    @classmethod
+    def from_annotation(cls, a: dict) -> RoundId:
+        return cls(str(a["fit"]), int(a["round"]), int(a.get("attempt", 0)),
+                   int(a.get("phase", 0)))
+
+    def retry(self, attempt: int) -> RoundId:
+        return replace(self, attempt=attempt)
+
+    def helpers(self) -> RoundId:
+        """The id of the helper phase of this round."""
+        return replace(self, phase=1)
+
+    def key_prefix(self, program: str, what: str = "") -> str:
+        """The key prefix of this round's tasks (``what`` names other keys of the round)."""
+        prefix = f"daskabsp-{program}{what}-{self.fit}-{self.round:05d}"
+        if self.attempt:
+            prefix += f"-retry{self.attempt}"
+        if self.phase:
+            prefix += f"-help{self.phase}"
+        return prefix
