@@ -47,11 +47,11 @@ from .history import HistoryRecorder
 from .partitions import (
     Partitions,
     check_finite_block,
+    copy_partition,
     is_dask,
     move,
     nbytes_by_worker,
     place,
-    replicate,
     row_chunks,
     wait_all,
 )
@@ -66,6 +66,12 @@ from .validation import check_data, check_int, check_quota, check_real
 logger = logging.getLogger(__name__)
 
 _ROUND_ATTEMPTS = 3
+#: A partition gets a copy on a faster worker, for helpers, when its own task scanned less
+#: than this share of its quota on a worker slower than this share of the fastest one's
+#: speed, or nothing at all (queued behind other work, or its worker silent). A partition
+#: stopped short only because its task started late is not copied.
+_COPY_BELOW = 0.9
+_COPY_SLOWER = 0.75
 _ready: dict[str, str] = {}  # client id -> how stops are sent (see ensure_plugins)
 _warned_fallback = False
 
@@ -501,10 +507,8 @@ class _Fit:
             self.reporter.start(program=program.name, sync=policy.name, n_partitions=P)
         rids: list[RoundId] = []
         helped = policy.helped and int(_config.get("replicas")) > 0
-        if helped:
-            await replicate(client, parts, self.data, assign, int(_config.get("replicas")))
-        self.held_bytes = await nbytes_by_worker(client, parts, assign)
         speed: dict[str, float] = {}  # rows per second per thread, as last measured
+        self._copying: dict[int, asyncio.Future] = {}
         prev_obj = None
         converged = False
         if self.callbacks:
@@ -548,6 +552,8 @@ class _Fit:
                         owned = results
                         if helped:
                             _speeds(speed, results)
+                            self._copy_stragglers(parts, results, round_quotas, assign, speed,
+                                                  nthreads, unresponsive | set(late.values()))
                             self._in_flight.append(rid.helpers())
                             results, helped_rows, by_worker = await self._help(
                                 parts, arg, rid.helpers(), results, cursors, round_quotas,
@@ -558,9 +564,6 @@ class _Fit:
                     await client.cancel(futs)
                     if any(f.status != "finished" for f in parts.futures):
                         parts = await place(client, *self.data, sizes)
-                        if helped:
-                            await replicate(client, parts, self.data, assign,
-                                            int(_config.get("replicas")))
                     if attempt == _ROUND_ATTEMPTS - 1:
                         raise
                 except asyncio.CancelledError:  # Ctrl-C, or the caller cancelled the fit
@@ -675,6 +678,9 @@ class _Fit:
                 break
             prev_obj = obj
 
+        for task in self._copying.values():
+            task.cancel()
+        held = await nbytes_by_worker(client, parts, assign)
         latency, stop_time = (await self._round_times(rids, epoch0) if self.signal == "scheduler"
                               else (None, None))
         attrs = {
@@ -682,7 +688,7 @@ class _Fit:
             "program_repr": repr(program), "fit_id": self.fit_id, "n_partitions": P,
             "converged": int(converged),
             "replicas": int(_config.get("replicas")) if helped else 0,
-            "max_worker_data_bytes": max(self.held_bytes.values(), default=0),
+            "max_worker_data_bytes": max(held.values(), default=0),
         }
         history = rec.dataset(attrs=attrs, sizes=sizes, harvest_latency=latency,
                               stop_time=stop_time)
@@ -727,6 +733,37 @@ class _Fit:
                 ))
         order = {f.key[1]: f for f in futs}
         return [order[p] for p in range(len(parts))]
+
+    def _copy_stragglers(self, parts: Partitions, results, quotas, assign, speed, nthreads,
+                         exclude) -> None:
+        """Start copying, in the background, each partition that a straggler left well short
+        of its quota (and that has fewer than ``daskabsp.replicas`` copies) to the fastest
+        worker without one: from the next round on, helpers can scan its rows there. Only
+        the stragglers' partitions are copied, and the round does not wait for it."""
+        limit = int(_config.get("replicas"))
+        fastest = max(speed.values(), default=0.0)
+        for p, res in enumerate(results):
+            if p in self._copying or res.rows >= _COPY_BELOW * quotas[p]:
+                continue
+            if res.rows and speed.get(res.worker, 0.0) >= _COPY_SLOWER * fastest:
+                continue
+            have = parts.holders(p, assign[p])
+            if len(have) > limit:
+                continue
+            free = [w for w in nthreads if w not in have and w not in exclude]
+            if not free:
+                continue
+            w = max(free, key=lambda w: (speed.get(w, 0.0), w))
+            task = asyncio.ensure_future(
+                copy_partition(self.client, parts, p, self.data, w))
+            self._copying[p] = task
+            task.add_done_callback(lambda t, p=p: self._copied(p, t))
+
+    def _copied(self, p: int, task: asyncio.Future) -> None:
+        self._copying.pop(p, None)
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("daskabsp: copying partition %d for helpers failed: %r", p,
+                           task.exception())
 
     async def _help(self, parts: Partitions, params, hid: RoundId, results, cursors, quotas,
                     assign, speed, nthreads, exclude) -> tuple[list, list[int], Counter]:

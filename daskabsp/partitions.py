@@ -135,34 +135,20 @@ async def move(client, parts: Partitions, p: int, X, y, sample_weight, worker: s
     parts.X[p], parts.y[p], parts.sample_weight[p] = new
 
 
-async def replicate(client, parts: Partitions, data, owners: list[str],
-                    n_copies: int) -> None:
-    """Give each partition ``n_copies`` copies on workers other than its owner (the next
-    workers after it in address order), for helpers to read; ``parts.copies`` records them.
-
-    In-memory input (``data`` is ``(X, y, sample_weight)``) is scattered from this process;
-    a dask array's chunks are copied worker to worker. Copies are keys of their own, so
-    Dask's active memory manager, which drops extra replicas of a key, leaves them alone.
-    """
-    workers = sorted(await client.scheduler.ncores())
-    parts.copies = [{} for _ in parts.sizes]
-    if n_copies < 1 or len(workers) < 2:
-        return
-    bounds = np.cumsum((0, *parts.sizes))
-    lazy = any(is_dask(a) for a in data)
-    jobs, where = [], []
-    for p, owner in enumerate(owners):
-        i = workers.index(owner) if owner in workers else p % len(workers)
-        for k in range(1, min(n_copies, len(workers) - 1) + 1):
-            w = workers[(i + k) % len(workers)]
-            where.append((p, w))
-            if lazy:
-                jobs.append(_copy_on(client, (parts.X[p], parts.y[p], parts.sample_weight[p]),
-                                     w))
-            else:
-                jobs.append(_scatter_rows(client, data, bounds[p], bounds[p + 1], w))
-    for (p, w), futs in zip(where, await asyncio.gather(*jobs), strict=True):
-        parts.copies[p][w] = tuple(futs)
+async def copy_partition(client, parts: Partitions, p: int, data, worker: str) -> None:
+    """Make a copy of partition ``p`` on ``worker`` for helpers to read, and record it in
+    ``parts.copies``. In-memory input (``data`` is ``(X, y, sample_weight)``) is scattered
+    from this process, which holds it; a dask array's chunks are copied worker to worker.
+    Copies are keys of their own, so Dask's active memory manager, which drops extra
+    replicas of a key, leaves them alone."""
+    if not parts.copies:
+        parts.copies = [{} for _ in parts.sizes]
+    if any(is_dask(a) for a in data):
+        futs = await _copy_on(client, (parts.X[p], parts.y[p], parts.sample_weight[p]), worker)
+    else:
+        a = sum(parts.sizes[:p])
+        futs = await _scatter_rows(client, data, a, a + parts.sizes[p], worker)
+    parts.copies[p][worker] = tuple(futs)
 
 
 async def _copy_on(client, futs, worker: str) -> list[Future | None]:
