@@ -20,7 +20,7 @@ from _common import load_note, parse_args, spread, summary, table, verdict, writ
 from threadpoolctl import threadpool_limits
 
 import daskabsp
-from daskabsp import _config
+from daskabsp import config
 
 TARGET = 0.8
 
@@ -63,7 +63,7 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     data, y = partitions(args, rng)
     program = daskabsp.LogisticGD()
-    target_s = _config.seconds("chunk-target")
+    target_s = config.seconds("chunk-target")
     rows, out = [], {"formats": {}}
     met = True
     with threadpool_limits(1):

@@ -6,12 +6,13 @@ partition per round, under a synchronisation policy: :class:`BSP` waits for ever
 of the others.
 """
 
-from . import _config  # noqa: F401  (loads the daskabsp.* config defaults)
+from . import config  # loads the daskabsp.* config defaults
 from .callbacks import FitInfo, ProgressBar, RoundCallback, RoundInfo
+from .cluster import close_embedded, get_client
 from .driver import FitResult, fit
 from .plot import plot_objectives  # also registers the history accessor Dataset.absp
 from .plugins import AbspSchedulerPlugin, AbspWorkerPlugin
-from .policies import ABSP, BSP, Policy, as_policy
+from .policies import ABSP, BSP, SYNC_NAMES, Policy, as_policy
 from .programs import LogisticGD, Program
 from .runtime import PartialResult, run_partition
 from .stragglers import SlowWorkers, slow_workers
@@ -21,6 +22,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ABSP",
     "BSP",
+    "SYNC_NAMES",
     "AbspSchedulerPlugin",
     "AbspWorkerPlugin",
     "FitInfo",
@@ -34,7 +36,10 @@ __all__ = [
     "RoundInfo",
     "SlowWorkers",
     "as_policy",
+    "close_embedded",
+    "config",
     "fit",
+    "get_client",
     "plot_objectives",
     "run_partition",
     "slow_workers",

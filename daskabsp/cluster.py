@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import dask.config
 import distributed
 
-from ._config import DASHBOARD_PRELOAD
+from .config import DASHBOARD_PRELOAD
 
 logger = logging.getLogger(__name__)
 

@@ -33,7 +33,8 @@ from distributed import as_completed
 from distributed.client import FutureCancelledError
 from distributed.scheduler import KilledWorker
 
-from . import _config, coverage
+from . import config, coverage
+from .book import PartitionBook
 from .callbacks import (
     CallbackArg,
     CallbackList,
@@ -296,10 +297,9 @@ async def ensure_plugins(client: distributed.Client) -> str:
     global _warned_fallback
     if client.id in _ready:
         return _ready[client.id]
-    await client.register_plugin(AbspWorkerPlugin())
     mode = "driver"
-    if _config.get("signal") == "scheduler":
-        try:
+    if config.get("signal") == "scheduler":
+        try:  # the scheduler plugin installs the worker plugin itself
             await client.register_plugin(AbspSchedulerPlugin())
             mode = "scheduler"
         except Exception as e:
@@ -313,6 +313,8 @@ async def ensure_plugins(client: distributed.Client) -> str:
                     RuntimeWarning,
                     stacklevel=2,
                 )
+    if mode != "scheduler":
+        await client.register_plugin(AbspWorkerPlugin())
     _ready[client.id] = mode
     return mode
 
@@ -366,7 +368,7 @@ class _Fit:
         self.n_partitions = n_partitions
         self.quota = quota
         self.chunk_target = (
-            chunk_target if chunk_target is not None else _config.seconds("chunk-target")
+            chunk_target if chunk_target is not None else config.seconds("chunk-target")
         )
         self.record_params = record_params
         self.callbacks: CallbackList = callbacks
@@ -423,12 +425,12 @@ class _Fit:
                                      broadcast=True, hash=False), strict=True))
         nthreads = await client.scheduler.ncores()
         chunks = row_chunks(X, self.n_partitions, sum(nthreads.values()) or 1,
-                            int(_config.get("min-partition-rows")))
+                            int(config.get("min-partition-rows")))
         P = len(chunks)
         policy.check(P)
         if any(c == 0 for c in chunks):
             raise ValueError("X has an empty row chunk; every partition needs at least one row.")
-        parts = await place(client, X, y, sw, chunks)
+        parts = await place(client, X, y, sw, chunks, silent=self._silent_one)
         status = "failed"
         try:
             if is_dask(X):
@@ -495,20 +497,18 @@ class _Fit:
         sizes = parts.sizes
         N = int(sum(sizes))
         state = program.init(parts.n_features, N)
-        quotas = self._quotas(sizes)
-        cursors = [0] * P
-        chunk_rows: list[int | None] = [None] * P
-        staleness = [0] * P
         who = await client.scheduler.who_has(keys=[f.key for f in parts.X])
-        assign = balance([(who.get(f.key) or [None])[0] for f in parts.X], nthreads)
+        book = PartitionBook(sizes, self._quotas(sizes), balance(
+            [(who.get(f.key) or [None])[0] for f in parts.X], nthreads))
         quorum = policy.round_quorum(P) if policy.stops else 0
         rec = HistoryRecorder(P)
         if self.reporter is not None:
             self.reporter.start(program=program.name, sync=policy.name, n_partitions=P)
         rids: list[RoundId] = []
-        helped = policy.helped and int(_config.get("replicas")) > 0
+        helped = policy.helped and int(config.get("replicas")) > 0
         speed: dict[str, float] = {}  # rows per second per thread, as last measured
         self._copying: dict[int, asyncio.Future] = {}
+        self.silent_helpers: set[str] = set()  # workers a helper phase gave up on
         prev_obj = None
         converged = False
         if self.callbacks:
@@ -518,8 +518,8 @@ class _Fit:
         self._callback_seconds = 0.0
         t0 = time.perf_counter()
         epoch0 = time.time()
-        interval = _config.seconds("membership-interval")
-        probe_rows = int(_config.get("probe-rows"))
+        interval = config.seconds("membership-interval")
+        probe_rows = int(config.get("probe-rows"))
         unresponsive: set[str] = set()  # workers given up on, until heard from again
         next_check = t0 + interval
         for r in range(self.max_iter):
@@ -528,42 +528,43 @@ class _Fit:
                                  np.asarray(program.coefficients(state)))
             params = program.params(state)
             full = bool(quorum) and program.full_round(state)
-            q, round_quotas = (0, list(sizes)) if full else (quorum, quotas)
+            q, round_quotas = (0 if full else quorum), book.round_quotas(full)
             # Ask who the workers are at most once per interval, concurrently with the round.
             members = None
             if time.perf_counter() >= next_check:
                 members = asyncio.ensure_future(client.scheduler.ncores())
                 next_check = time.perf_counter() + interval
             if helped:  # helpers make every round cover its quota: stop at the quorum
-                q, round_quotas = quorum, quotas
+                q, round_quotas = quorum, book.round_quotas(False)
             for attempt in range(_ROUND_ATTEMPTS):
                 rid = RoundId(self.fit_id, r).retry(attempt)
                 futs = []
                 self._in_flight = [rid]
                 try:
                     async with self._round_params(params, rid) as arg:
-                        futs = self._submit(parts, arg, rid, q, cursors, round_quotas,
-                                            chunk_rows, staleness, assign)
+                        futs = self._submit(parts, book, arg, rid, q, round_quotas)
                         if q and self.signal != "scheduler":
                             await self._driver_stop(futs, rid, q)
                         results, late = await self._collect(
-                            futs, rid, cursors,
+                            futs, rid, book.cursor,
                             settle=policy.stops and self.signal == "scheduler")
                         owned = results
                         if helped:
                             _speeds(speed, results)
-                            self._copy_stragglers(parts, results, round_quotas, assign, speed,
+                            self._copy_stragglers(parts, book, results, round_quotas, speed,
                                                   nthreads, unresponsive | set(late.values()))
                             self._in_flight.append(rid.helpers())
                             results, helped_rows, by_worker = await self._help(
-                                parts, arg, rid.helpers(), results, cursors, round_quotas,
-                                assign, speed, nthreads, unresponsive | set(late.values()))
+                                parts, book, arg, rid.helpers(), results, round_quotas,
+                                speed, nthreads, unresponsive | set(late.values()),
+                                needed=full)
                     break
                 except (KilledWorker, FutureCancelledError) as e:
                     logger.warning("daskabsp: round %d failed (%r); retrying", r, e)
                     await client.cancel(futs)
                     if any(f.status != "finished" for f in parts.futures):
-                        parts = await place(client, *self.data, sizes)
+                        parts = await place(client, *self.data, sizes,
+                                            silent=self._silent_one)
                     if attempt == _ROUND_ATTEMPTS - 1:
                         raise
                 except asyncio.CancelledError:  # Ctrl-C, or the caller cancelled the fit
@@ -582,7 +583,7 @@ class _Fit:
 
             counted = [res.rows > 0 and (policy.keep_partial or not res.stopped)
                        for res in results]
-            pieces = [PartitionStats(p, cursors[p], res.rows, sizes[p], res.stats,
+            pieces = [PartitionStats(p, book.cursor[p], res.rows, sizes[p], res.stats,
                                      res.stats_before_wrap)
                       for p, (res, c) in enumerate(zip(results, counted, strict=False)) if c]
             stats = program.combine_round(pieces, params)
@@ -593,7 +594,7 @@ class _Fit:
             rec.add(
                 wall=wall, objective=obj,
                 params=params if self.record_params else None,
-                rows=[res.rows for res in results], quota=round_quotas, cursor=list(cursors),
+                rows=[res.rows for res in results], quota=round_quotas, cursor=list(book.cursor),
                 compute_seconds=[res.compute_seconds for res in results],
                 task_start=[res.start - epoch0 for res in results],
                 task_stop=[res.stop - epoch0 for res in results],
@@ -609,24 +610,11 @@ class _Fit:
                     harvested=[bool(res.stopped) for res in owned],
                     worker=[res.worker for res in owned],
                 )
-            for p, (res, own) in enumerate(zip(results, owned, strict=True)):
-                cursors[p] = policy.next_cursor(cursors[p], res.rows, sizes[p],
-                                                finished=not res.stopped)
-                res = own  # chunk sizes follow the partition's own scan
-                if res.chunk_rows and res.rows >= 4 * res.chunk_rows:
-                    # Refine from the whole scan's speed (the probe chunk is noisy). Not
-                    # below the probe's rows: a chunk's fixed cost (its share of statistics
-                    # the size of the model) would otherwise shrink chunks round after round
-                    # (measured: 2 000 sparse rows x 200 000 features went from 2.4 s to
-                    # 21 s a round as chunks fell towards one row).
-                    chunk_rows[p] = max(min(probe_rows, sizes[p]),
-                                        int(res.rows * self.chunk_target
-                                            / max(res.compute_seconds, 1e-9)))
-                elif res.chunk_rows:
-                    chunk_rows[p] = res.chunk_rows
-                staleness[p] = 0 if counted[p] else staleness[p] + 1
+            book.record(policy, results, owned, counted, probe_rows=probe_rows,
+                        chunk_target=self.chunk_target)
             state = program.update(state, stats, k)
 
+            assign = book.owner
             ran_on = [res.worker or a for res, a in zip(owned, assign, strict=False)]
             if ran_on != assign and members is None:
                 members = asyncio.ensure_future(client.scheduler.ncores())
@@ -634,12 +622,15 @@ class _Fit:
             if members is not None and unresponsive:
                 unresponsive &= await self._silent(unresponsive)  # who answers rejoins
             owned_by_silent = list(parts.X)
+            if self.silent_helpers:
+                unresponsive |= self.silent_helpers
+                self.silent_helpers = set()
             if late:
                 unresponsive |= set(late.values())
                 logger.warning(
                     "daskabsp: round %d gave up on partitions %s: no heartbeat from %s for "
                     "%s; their rows move to other workers", r, sorted(late),
-                    sorted(set(late.values())), _config.get("unresponsive-after"))
+                    sorted(set(late.values())), config.get("unresponsive-after"))
             live = {w: n for w, n in live.items() if w not in unresponsive} or live
             if set(live) != set(nthreads) or ran_on != assign or late:
                 nthreads = live
@@ -652,7 +643,7 @@ class _Fit:
                             parts.copies[p].pop(ok[0])
                 if new != assign:
                     logger.info("daskabsp: workers changed; partitions re-balanced: %s", new)
-                assign = new
+                book.owner = assign = new
             lost = [p for p in late if parts.X[p] is owned_by_silent[p]] if late else []
             if lost and not is_dask(self.data[0]):
                 # In-memory input: the fitting process holds the rows, so the partitions of a
@@ -680,14 +671,14 @@ class _Fit:
 
         for task in self._copying.values():
             task.cancel()
-        held = await nbytes_by_worker(client, parts, assign)
+        held = await nbytes_by_worker(client, parts, book.owner)
         latency, stop_time = (await self._round_times(rids, epoch0) if self.signal == "scheduler"
                               else (None, None))
         attrs = {
             "sync": policy.name, "policy": repr(policy), "program": program.name,
             "program_repr": repr(program), "fit_id": self.fit_id, "n_partitions": P,
             "converged": int(converged),
-            "replicas": int(_config.get("replicas")) if helped else 0,
+            "replicas": int(config.get("replicas")) if helped else 0,
             "max_worker_data_bytes": max(held.values(), default=0),
         }
         history = rec.dataset(attrs=attrs, sizes=sizes, harvest_latency=latency,
@@ -700,7 +691,7 @@ class _Fit:
         """``params`` as round ``rid``'s tasks take them: inline, or, when larger than
         ``daskabsp.inline-params``, scattered once for the round (every task then depends on
         that one key instead of carrying a copy) and released when the round is over."""
-        if sizeof(params) <= _config.nbytes("inline-params"):
+        if sizeof(params) <= config.nbytes("inline-params"):
             yield params
             return
         key = rid.key_prefix(self.program.name, "-params")
@@ -711,8 +702,8 @@ class _Fit:
         finally:
             fut.release()
 
-    def _submit(self, parts, params, rid, quorum, cursors, quotas, chunk_rows, staleness,
-                assign):
+    def _submit(self, parts: Partitions, book: PartitionBook, params, rid: RoundId,
+                quorum: int, quotas: list[int]):
         program = self.program
         prefix = rid.key_prefix(program.name)
         ann = rid.annotation(quorum)
@@ -721,33 +712,33 @@ class _Fit:
                 dask.annotate(daskabsp=ann):
             # Workers start tasks in the order they arrive: partitions that got nothing
             # last round go first, so a partition queued behind another does not starve.
-            for p in sorted(range(len(parts)), key=lambda p: -staleness[p]):
+            for p in book.order():
                 futs.append(self._submit_call(
                     "run", run_partition, self._program_arg(), params, parts.X[p], parts.y[p],
-                    parts.sample_weight[p], round_id=str(rid), cursor=cursors[p],
+                    parts.sample_weight[p], round_id=str(rid), cursor=book.cursor[p],
                     quota=quotas[p],
-                    chunk_rows=chunk_rows[p], chunk_target=self.chunk_target,
+                    chunk_rows=book.chunk_rows[p], chunk_target=self.chunk_target,
                     ends_round=quorum == 1,
-                    key=(prefix, p), workers=[assign[p]], allow_other_workers=True,
-                    priority=staleness[p],
+                    key=(prefix, p), workers=[book.owner[p]], allow_other_workers=True,
+                    priority=book.staleness[p],
                 ))
         order = {f.key[1]: f for f in futs}
         return [order[p] for p in range(len(parts))]
 
-    def _copy_stragglers(self, parts: Partitions, results, quotas, assign, speed, nthreads,
-                         exclude) -> None:
+    def _copy_stragglers(self, parts: Partitions, book: PartitionBook, results, quotas,
+                         speed, nthreads, exclude) -> None:
         """Start copying, in the background, each partition that a straggler left well short
         of its quota (and that has fewer than ``daskabsp.replicas`` copies) to the fastest
         worker without one: from the next round on, helpers can scan its rows there. Only
         the stragglers' partitions are copied, and the round does not wait for it."""
-        limit = int(_config.get("replicas"))
+        limit = int(config.get("replicas"))
         fastest = max(speed.values(), default=0.0)
         for p, res in enumerate(results):
             if p in self._copying or res.rows >= _COPY_BELOW * quotas[p]:
                 continue
             if res.rows and speed.get(res.worker, 0.0) >= _COPY_SLOWER * fastest:
                 continue
-            have = parts.holders(p, assign[p])
+            have = parts.holders(p, book.owner[p])
             if len(have) > limit:
                 continue
             free = [w for w in nthreads if w not in have and w not in exclude]
@@ -765,13 +756,19 @@ class _Fit:
             logger.warning("daskabsp: copying partition %d for helpers failed: %r", p,
                            task.exception())
 
-    async def _help(self, parts: Partitions, params, hid: RoundId, results, cursors, quotas,
-                    assign, speed, nthreads, exclude) -> tuple[list, list[int], Counter]:
+    async def _help(self, parts: Partitions, book: PartitionBook, params, hid: RoundId,
+                    results, quotas, speed, nthreads, exclude, *,
+                    needed: bool) -> tuple[list, list[int], Counter]:
         """The helper phase of a round: what the partitions' own scans left of their quotas,
         split by :func:`coverage.plan` among the workers holding copies (not those in
         ``exclude``) and scanned there; returns the results merged per partition, per
         partition the rows scanned in this phase, and per worker the rows it scanned here
-        that count."""
+        that count.
+
+        Unless the program ``needed`` the round to cover every row, the phase is skipped
+        when the leftovers are small (their owners would scan them in less than
+        ``daskabsp.help-above``): a task round trip would cost more than counting those
+        rows in the next round."""
         program, sizes = self.program, parts.sizes
         helped = [0] * len(sizes)
         # A worker whose tasks of the round all stayed queued is busy with other work (its
@@ -780,15 +777,19 @@ class _Fit:
         exclude = set(exclude) | {res.worker for res in results
                                   if math.isnan(res.start) and res.worker not in ran}
         leftovers = [
-            coverage.Leftover(p, (cursors[p] + res.rows) % sizes[p], quotas[p] - res.rows,
-                              sizes[p], tuple(w for w in parts.holders(p, assign[p])
+            coverage.Leftover(p, book.leftover_start(p, res.rows), quotas[p] - res.rows,
+                              sizes[p], tuple(w for w in parts.holders(p, book.owner[p])
                                               if w not in exclude))
             for p, res in enumerate(results) if quotas[p] > res.rows]
         live = {w: n for w, n in nthreads.items() if w not in exclude}
         known = [speed[w] for w in live if w in speed]
         guess = float(np.median(known)) if known else 1.0
         rate = {w: speed.get(w, guess) for w in live}
-        pieces = coverage.plan(leftovers, rate, live, min_rows=int(_config.get("probe-rows")))
+        if not needed and leftovers and max(
+                lo.rows / max(speed.get(results[lo.partition].worker, guess), 1e-9)
+                for lo in leftovers) < config.seconds("help-above"):
+            return results, helped, Counter()
+        pieces = coverage.plan(leftovers, rate, live, min_rows=int(config.get("probe-rows")))
         by_worker: Counter[str] = Counter()
         if not pieces:
             return results, helped, by_worker
@@ -797,15 +798,16 @@ class _Fit:
         with distributed.span("daskabsp", f"{program.name}-{self.fit_id}"), \
                 dask.annotate(daskabsp=hid.annotation(0)):
             for i, pc in enumerate(pieces):
-                X, y, sw = parts.holders(pc.partition, assign[pc.partition])[pc.worker]
+                X, y, sw = parts.holders(pc.partition, book.owner[pc.partition])[pc.worker]
                 futs.append(self._submit_call(
                     "run", run_partition, self._program_arg(), params, X, y, sw,
                     round_id=str(hid), cursor=pc.start, quota=pc.rows,
                     chunk_rows=max(1, int(rate[pc.worker] * self.chunk_target)),
                     chunk_target=self.chunk_target, key=(prefix, i), workers=[pc.worker],
                     allow_other_workers=True))
-        got, _ = await self._collect(futs, hid, [pc.start for pc in pieces],
-                                     settle=self.signal == "scheduler")
+        got, late = await self._collect(futs, hid, [pc.start for pc in pieces],
+                                        settle=self.signal == "scheduler")
+        self.silent_helpers.update(late.values())
         del futs
         by_part: dict[int, list] = {}
         for pc, res in zip(pieces, got, strict=True):
@@ -815,10 +817,10 @@ class _Fit:
         out = list(results)
         for p, done in by_part.items():
             own = results[p]
-            cov = coverage.merge(cursors[p], sizes[p], own.rows, own.stats,
+            cov = coverage.merge(book.cursor[p], sizes[p], own.rows, own.stats,
                                  own.stats_before_wrap, done, program.combine)
             out[p] = dataclasses.replace(
-                own, stats=cov.stats, rows=cov.rows, cursor=(cursors[p] + cov.rows) % sizes[p],
+                own, stats=cov.stats, rows=cov.rows, cursor=book.leftover_start(p, cov.rows),
                 stopped=cov.rows < quotas[p], stats_before_wrap=cov.stats_before_wrap)
             helped[p] = cov.helped
             for pc in cov.pieces:
@@ -848,7 +850,7 @@ class _Fit:
             return await self._gather(futs), {}
         settled = getattr(self.client.scheduler, SETTLED_HANDLER)
         ans = await settled(round=str(rid),
-                            unresponsive=_config.seconds("unresponsive-after")) or {}
+                            unresponsive=config.seconds("unresponsive-after")) or {}
         idle = dict(ans.get("idle", ()))
         # Given up: their worker went silent. Their rows stay unprocessed; whatever they
         # return later is never gathered (the futures are released with the round).
@@ -863,7 +865,14 @@ class _Fit:
         """Those of ``workers`` still in the cluster and not heard from for
         ``daskabsp.unresponsive-after`` (judged on the scheduler's clock)."""
         return set(await getattr(self.client.scheduler, SILENT_HANDLER)(
-            workers=sorted(workers), seconds=_config.seconds("unresponsive-after")))
+            workers=sorted(workers), seconds=config.seconds("unresponsive-after")))
+
+    async def _silent_one(self, worker: str) -> bool:
+        """Whether ``worker`` has not been heard from for ``daskabsp.unresponsive-after``
+        (never, without the scheduler plugin)."""
+        if self.signal != "scheduler":
+            return False
+        return worker in await self._silent({worker})
 
     async def _driver_stop(self, futs, rid: RoundId, quorum: int) -> None:
         done = 0

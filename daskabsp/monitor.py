@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _config
+from . import config
 
 #: The path of the page in the scheduler's dashboard. ``individual-`` pages are listed in the
 #: dashboard's "More..." menu and in ``/individual-plots.json`` (what dask-labextension reads).
@@ -175,9 +175,9 @@ class FitBook:
 
     def __init__(self, max_rounds: int | None = None, max_finished: int | None = None) -> None:
         self.max_rounds = int(max_rounds if max_rounds is not None
-                              else _config.get("dashboard.rounds"))
+                              else config.get("dashboard.rounds"))
         self.max_finished = int(max_finished if max_finished is not None
-                                else _config.get("dashboard.finished-fits"))
+                                else config.get("dashboard.finished-fits"))
         self.fits: dict[str, FitRecord] = {}
         self.version = 0
 

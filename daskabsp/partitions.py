@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,9 @@ import numpy as np
 import scipy.sparse as sp
 from dask.core import flatten
 from distributed import Future, as_completed, futures_of
+
+#: Seconds between checks that a worker receiving data still answers.
+_WATCH_EVERY = 0.5
 
 
 def is_dask(a: Any) -> bool:
@@ -82,10 +86,15 @@ def row_chunks(X, n_partitions: int | None, n_threads: int, min_rows: int) -> tu
     return split_rows(n, p)
 
 
-async def place(client, X, y, sample_weight, chunks: tuple[int, ...]) -> Partitions:
-    """Place ``X``, ``y``, ``sample_weight`` on the cluster as ``len(chunks)`` row chunks."""
+async def place(client, X, y, sample_weight, chunks: tuple[int, ...], *,
+                silent: Callable[[str], Awaitable[bool]] | None = None) -> Partitions:
+    """Place ``X``, ``y``, ``sample_weight`` on the cluster as ``len(chunks)`` row chunks.
+
+    ``silent(worker)``, if given, tells whether a worker has stopped answering: in-memory
+    rows on their way to such a worker go to another one instead.
+    """
     if not any(is_dask(a) for a in (X, y, sample_weight)):
-        return await _scatter(client, X, y, sample_weight, chunks)
+        return await _scatter(client, X, y, sample_weight, chunks, silent)
     arrays = [_as_dask(a, chunks) for a in (X, y, sample_weight)]
     present = [a for a in arrays if a is not None]
     persisted = client.persist(present)
@@ -102,17 +111,42 @@ async def place(client, X, y, sample_weight, chunks: tuple[int, ...]) -> Partiti
     return Partitions(out[0], out[1], out[2], chunks, int(X.shape[1]))
 
 
-async def _scatter(client, X, y, sample_weight, chunks: tuple[int, ...]) -> Partitions:
+async def _scatter(client, X, y, sample_weight, chunks: tuple[int, ...],
+                   silent=None) -> Partitions:
     """Scatter in-memory input: each partition's rows of ``X``, ``y`` and ``sample_weight``
     to one worker, the partitions dealt round-robin over the worker threads."""
     nthreads = await client.scheduler.ncores()
     slots = [w for w, n in sorted(nthreads.items()) for _ in range(max(n, 1))]
     bounds = np.cumsum((0, *chunks))
     placed = await asyncio.gather(*(
-        _scatter_rows(client, (X, y, sample_weight), a, b, slots[p % len(slots)])
+        _scatter_watched(client, (X, y, sample_weight), a, b, slots[p % len(slots)],
+                         sorted(nthreads), silent)
         for p, (a, b) in enumerate(itertools.pairwise(bounds))))
     out = [list(col) for col in zip(*placed, strict=True)]
     return Partitions(out[0], out[1], out[2], chunks, int(X.shape[1]))
+
+
+async def _scatter_watched(client, arrays, a: int, b: int, worker: str, workers: list[str],
+                           silent) -> list[Future | None]:
+    """:func:`_scatter_rows` to ``worker``; if ``worker`` goes silent meanwhile (frozen: the
+    transfer would wait for it), to the next worker that is not."""
+    tried: set[str] = set()
+    while True:
+        task = asyncio.ensure_future(_scatter_rows(client, arrays, a, b, worker))
+        if silent is None:
+            return await task
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=_WATCH_EVERY)
+            if done:
+                return task.result()
+            if await silent(worker):
+                break
+        task.cancel()
+        tried.add(worker)
+        left = [w for w in workers if w not in tried]
+        if not left:
+            raise OSError(f"every worker went silent while the data was placed: {workers}")
+        worker = left[0]
 
 
 async def _scatter_rows(client, arrays, a: int, b: int, worker: str) -> list[Future | None]:

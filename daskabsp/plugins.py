@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
+from distributed.protocol.pickle import dumps
 
-from . import _config
+from . import config
 from .monitor import FitBook, page_status
 from .protocol import (
     ANNOTATION,
@@ -63,7 +64,7 @@ class AbspWorkerPlugin(WorkerPlugin):
         self._held: dict[Any, tuple[dict, set]] = {}  # executing key -> idle report it holds
         self._lock = threading.Lock()
         self._flags: OrderedDict[str, threading.Event] = OrderedDict()
-        self._max = int(_config.get("max-rounds-per-worker"))
+        self._max = int(config.get("max-rounds-per-worker"))
         worker.stream_handlers[STOP_OP] = self.stop
         worker.handlers[STOP_HANDLER] = self._stop_rpc
         worker.extensions[EXTENSION] = self
@@ -171,7 +172,12 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         self.book = FitBook()  # the fits the dashboard page shows
 
     async def start(self, scheduler) -> None:
+        """Install the handlers, and the worker plugin on every worker, now and to come
+        (as distributed's own shuffle extension does)."""
         self.scheduler = scheduler
+        if PLUGIN_NAME not in scheduler.worker_plugins:
+            await scheduler.register_worker_plugin(
+                None, dumps(AbspWorkerPlugin()), name=PLUGIN_NAME, idempotent=True)
         scheduler.handlers[ROUND_INFO_HANDLER] = self.round_info
         scheduler.handlers[SETTLED_HANDLER] = self.settled
         scheduler.handlers[SILENT_HANDLER] = self.silent

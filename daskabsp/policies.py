@@ -163,6 +163,8 @@ class ABSP(Policy):
 
 
 _NAMES: dict[str, type[Policy]] = {"bsp": BSP, "absp": ABSP}
+#: The names ``sync=`` takes for the policies (with their default parameters).
+SYNC_NAMES: tuple[str, ...] = tuple(_NAMES)
 
 
 def as_policy(sync: str | Policy, *, owner: str = "fit") -> Policy:

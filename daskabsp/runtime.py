@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from . import _config
+from . import config
 
 #: Worker extension names.
 EXTENSION = "daskabsp"
@@ -179,8 +179,8 @@ def run_partition(
         # Calibration: a timed probe chunk sizes the rest. On CSR a probe far shorter than
         # the target mostly measures fixed per-chunk costs (building the row view) and would
         # size chunks ~3x too small, so one chunk of the estimated size is timed too.
-        target = chunk_target if chunk_target is not None else _config.seconds("chunk-target")
-        size = int(_config.get("probe-rows"))
+        target = chunk_target if chunk_target is not None else config.seconds("chunk-target")
+        size = int(config.get("probe-rows"))
         for _ in range(2 if sp.issparse(X) else 1):
             stop = min(pos + size, n, pos + quota - done)
             t0 = perf_counter()

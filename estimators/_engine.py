@@ -10,8 +10,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 import daskabsp
-from daskabsp import BSP
-from daskabsp.cluster import get_client
+from daskabsp import BSP, get_client
 
 from ._callbacks import CallbackSupportMixin, caller_stacklevel
 from ._inputs import FitInput
@@ -63,7 +62,7 @@ class EngineMixin(CallbackSupportMixin):
             return None  # the dask array's row chunks are the partitions
         client = get_client()
         threads = sum(client.nthreads().values()) or 1
-        min_rows = int(daskabsp._config.get("min-partition-rows"))
+        min_rows = int(daskabsp.config.get("min-partition-rows"))
         rows = max(min_rows, ROWS_PER_PARAMETER * n_params)
         return max(1, min(threads, n // rows))
 
@@ -72,7 +71,7 @@ class EngineMixin(CallbackSupportMixin):
         if self.chunk_target is not None:
             return self.chunk_target
         size = program.new_stats(program.params(program.init(data.X.shape[1], 1))).size
-        default = daskabsp._config.seconds("chunk-target")
+        default = daskabsp.config.seconds("chunk-target")
         return max(default, MIN_CHUNK_TARGET, CHUNK_SECONDS_PER_STAT * size)
 
     def _round_callbacks(self, attributes: Callable[[np.ndarray], dict]) -> list:
@@ -114,7 +113,3 @@ class EngineMixin(CallbackSupportMixin):
                 ConvergenceWarning, stacklevel=caller_stacklevel(),
             )
         return res
-
-
-def as_float_array(a) -> np.ndarray:
-    return np.asarray(a, dtype=np.float64)

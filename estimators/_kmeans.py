@@ -13,9 +13,8 @@ from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils import check_array, check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from daskabsp.cluster import get_client
-from daskabsp.programs import LloydKMeans
-from daskabsp.programs.kmeans import squared_distances
+from daskabsp import get_client
+from daskabsp.programs import LloydKMeans, squared_distances
 
 from ._callbacks import fit_with_callbacks
 from ._engine import EngineMixin

@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.cluster import KMeans as _LocalKMeans
 
-from daskabsp.programs.kmeans import squared_distances
+from daskabsp.programs import squared_distances
 
 
 def _dense(rows) -> np.ndarray:

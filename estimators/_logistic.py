@@ -9,8 +9,7 @@ from scipy.special import expit, log_softmax
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
-from daskabsp.programs import LinearNewton, MultinomialNewton
-from daskabsp.programs.newton import hessian_limit
+from daskabsp.programs import LinearNewton, MultinomialNewton, hessian_limit
 
 from ._callbacks import fit_with_callbacks
 from ._classes import encode_targets

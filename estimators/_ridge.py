@@ -7,8 +7,7 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
-from daskabsp.programs import LinearNewton
-from daskabsp.programs.newton import hessian_limit
+from daskabsp.programs import LinearNewton, hessian_limit
 
 from ._callbacks import fit_with_callbacks
 from ._engine import EngineMixin

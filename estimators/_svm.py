@@ -6,8 +6,7 @@ from numbers import Integral, Real
 
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from daskabsp.programs import LinearNewton
-from daskabsp.programs.newton import hessian_limit
+from daskabsp.programs import LinearNewton, hessian_limit
 
 from ._callbacks import fit_with_callbacks
 from ._classes import encode_targets

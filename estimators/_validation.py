@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from sklearn.utils import check_consistent_length
 
-from daskabsp import Policy
+from daskabsp import SYNC_NAMES, Policy
 
 
 class InvalidParameterError(ValueError, TypeError):
@@ -114,7 +114,7 @@ NONE = _NoneConstraint()
 BOOLEAN = InstanceOf((bool, np.bool_), "bool")
 ARRAY_LIKE = _ArrayLike()
 RANDOM_STATE = _RandomState()
-SYNC = [Options(str, frozenset({"absp", "bsp"})), InstanceOf((Policy,), "daskabsp.Policy")]
+SYNC = [Options(str, frozenset(SYNC_NAMES)), InstanceOf((Policy,), "daskabsp.Policy")]
 
 #: Constraints of the engine options every estimator takes.
 ENGINE_CONSTRAINTS: dict[str, list] = {

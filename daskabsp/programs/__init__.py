@@ -2,11 +2,11 @@
 
 from .base import PartitionStats, Program
 from .cycles import CycleLedger, RoundStats
-from .kmeans import LloydKMeans
+from .kmeans import LloydKMeans, squared_distances
 from .linear import LinearNewton
 from .logistic import LogisticGD
 from .multinomial import MultinomialNewton
-from .newton import NewtonProgram
+from .newton import NewtonProgram, hessian_limit
 
 __all__ = [
     "CycleLedger",
@@ -18,4 +18,6 @@ __all__ = [
     "PartitionStats",
     "Program",
     "RoundStats",
+    "hessian_limit",
+    "squared_distances",
 ]

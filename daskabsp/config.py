@@ -1,4 +1,9 @@
-"""Load daskabsp's defaults into ``dask.config`` under the ``daskabsp.`` namespace."""
+"""daskabsp's settings: defaults loaded into ``dask.config`` under ``daskabsp.``.
+
+Set them as any Dask setting (``dask.config.set({"daskabsp.chunk-target": "5ms"})``, a YAML
+file, ``DASK_DASKABSP__CHUNK_TARGET``); read them with :func:`get`, :func:`seconds` and
+:func:`nbytes`. ``daskabsp.yaml`` lists them with what each does.
+"""
 
 from __future__ import annotations
 
