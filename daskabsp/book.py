@@ -3,6 +3,8 @@ which worker it is asked to run on, and how long it went without being counted."
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 from . import cursors
@@ -79,3 +81,23 @@ class PartitionBook:
             elif own.chunk_rows:
                 self.chunk_rows[p] = own.chunk_rows
             self.staleness[p] = 0 if counted[p] else self.staleness[p] + 1
+
+
+def balance(assignment: list[str | None], nthreads: dict[str, int]) -> list[str]:
+    """Assign partitions to live workers in proportion to their threads, moving as few as
+    possible: a partition stays on its worker unless that worker is gone or over its share."""
+    total = sum(nthreads.values())
+    n = len(assignment)
+    cap = {w: math.ceil(n * t / total) for w, t in nthreads.items()}
+    load: Counter[str] = Counter()
+    out: list[str | None] = [None] * n
+    for p, w in enumerate(assignment):
+        if w in cap and load[w] < cap[w]:
+            out[p] = w
+            load[w] += 1
+    for p in range(n):
+        if out[p] is None:
+            w = min(sorted(nthreads), key=lambda w: (load[w] / nthreads[w], load[w]))
+            out[p] = w
+            load[w] += 1
+    return out  # type: ignore[return-value]

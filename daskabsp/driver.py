@@ -17,9 +17,7 @@ import math
 import queue
 import time
 import uuid
-import warnings
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +32,7 @@ from distributed.client import FutureCancelledError
 from distributed.scheduler import KilledWorker
 
 from . import config, coverage
-from .book import PartitionBook
+from .book import PartitionBook, balance
 from .callbacks import (
     CallbackArg,
     CallbackList,
@@ -43,6 +41,7 @@ from .callbacks import (
     RoundInfo,
     as_callbacks,
 )
+from .caller import Call, run_sync, seceded
 from .cluster import get_client
 from .history import HistoryRecorder
 from .partitions import (
@@ -56,7 +55,7 @@ from .partitions import (
     row_chunks,
     wait_all,
 )
-from .plugins import AbspSchedulerPlugin, AbspWorkerPlugin, stop_on_worker
+from .plugins import ensure_plugins, stop_on_worker
 from .policies import Policy, as_policy
 from .programs.base import PartitionStats, Program
 from .protocol import SETTLED_HANDLER, SILENT_HANDLER, RoundId
@@ -73,8 +72,6 @@ _ROUND_ATTEMPTS = 3
 #: stopped short only because its task started late is not copied.
 _COPY_BELOW = 0.9
 _COPY_SLOWER = 0.75
-_ready: dict[str, str] = {}  # client id -> how stops are sent (see ensure_plugins)
-_warned_fallback = False
 
 
 @dataclass
@@ -197,146 +194,8 @@ def fit(
                record_params=record_params, callbacks=CallbackList(callbacks))
     if client.asynchronous:
         return run.run()
-    with _seceded():
-        return _run_sync(client, run)
-
-
-@contextlib.contextmanager
-def _seceded() -> Iterator[None]:
-    """Inside a Dask task (e.g. a fit run by joblib's dask backend in ``GridSearchCV``), leave
-    the worker's thread pool while the fit waits on its partition tasks: they need the
-    threads, which the outer tasks would otherwise all hold (a deadlock)."""
-    try:
-        distributed.get_worker()
-    except ValueError:
-        yield
-        return
-    distributed.secede()
-    try:
-        yield
-    finally:
-        distributed.rejoin()
-
-
-class _Call:
-    """A callback call that the fit's coroutine hands to the thread that called ``fit``."""
-
-    def __init__(self, func, args, future: asyncio.Future, loop) -> None:
-        self.func, self.args, self.future, self.loop = func, args, future, loop
-
-    def run(self) -> None:
-        """Call it here; its result (or exception) goes back to the waiting coroutine.
-        A ``KeyboardInterrupt`` propagates: the caller then cancels the fit."""
-        try:
-            value, error = self.func(*self.args), None
-        except Exception as e:
-            value, error = None, e
-        self.loop.call_soon_threadsafe(_settle, self.future, value, error)
-
-
-def _settle(future: asyncio.Future, value, error) -> None:
-    if future.done():  # the fit was cancelled meanwhile
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)
-
-
-def _run_sync(client: distributed.Client, run: _Fit) -> FitResult:
-    """Run the fit on the client's event loop and wait for it here, calling its callbacks in
-    this thread as it asks for them (``client.sync`` would run them in the event loop's
-    thread: a slow callback would hold up the client's communications, and a notebook would
-    show their output in the cell that started the client)."""
-    loop = client.loop.asyncio_loop
-    if loop.is_closed():
-        raise RuntimeError("IOLoop is closed")
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is loop:
-        raise RuntimeError("daskabsp.fit called from the thread of the client's event loop; "
-                           "use 'await daskabsp.fit(...)' with an asynchronous client")
-    calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
-    run.caller = calls
-    done = asyncio.run_coroutine_threadsafe(run.run(), loop)
-    done.add_done_callback(lambda _: calls.put(None))
-    try:
-        while True:
-            try:
-                call = calls.get(timeout=10)  # a timeout keeps Ctrl-C responsive everywhere
-            except queue.Empty:
-                continue
-            if call is None:
-                break
-            call.run()
-        result = done.result()
-    except KeyboardInterrupt as e:
-        # Cancel the fit, and wait until the round it was running has been told to stop,
-        # so that none of its tasks goes on computing.
-        done.cancel()
-        client.sync(run.halt)
-        run.end_callbacks(error=e)
-        raise
-    except BaseException as e:
-        run.end_callbacks(error=e)
-        raise
-    run.end_callbacks(error=None)  # here, in the caller's thread, like the other callbacks
-    return result
-
-
-async def ensure_plugins(client: distributed.Client) -> str:
-    """Register the daskabsp plugins on ``client``'s cluster (once per client).
-
-    Returns how stops are sent: ``"scheduler"`` (the scheduler plugin), ``"driver"`` (the
-    ``daskabsp.signal`` config asks for it) or ``"driver-opaque"`` (the scheduler plugin could
-    not be installed, e.g. daskabsp is missing on the scheduler: the driver sends the stops and
-    submits tasks whose functions the scheduler need not import).
-    """
-    global _warned_fallback
-    if client.id in _ready:
-        return _ready[client.id]
-    mode = "driver"
-    if config.get("signal") == "scheduler":
-        try:  # the scheduler plugin installs the worker plugin itself
-            await client.register_plugin(AbspSchedulerPlugin())
-            mode = "scheduler"
-        except Exception as e:
-            mode = "driver-opaque"
-            if not _warned_fallback:
-                _warned_fallback = True
-                warnings.warn(
-                    "daskabsp could not install its scheduler plugin (is daskabsp installed "
-                    f"on the scheduler?): {e!r}. The fitting process will send the stops "
-                    "itself, which adds a round trip to each harvest.",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-    if mode != "scheduler":
-        await client.register_plugin(AbspWorkerPlugin())
-    _ready[client.id] = mode
-    return mode
-
-
-def balance(assignment: list[str | None], nthreads: dict[str, int]) -> list[str]:
-    """Assign partitions to live workers in proportion to their threads, moving as few as
-    possible: a partition stays on its worker unless that worker is gone or over its share."""
-    total = sum(nthreads.values())
-    n = len(assignment)
-    cap = {w: math.ceil(n * t / total) for w, t in nthreads.items()}
-    load: Counter[str] = Counter()
-    out: list[str | None] = [None] * n
-    for p, w in enumerate(assignment):
-        if w in cap and load[w] < cap[w]:
-            out[p] = w
-            load[w] += 1
-    for p in range(n):
-        if out[p] is None:
-            w = min(sorted(nthreads), key=lambda w: (load[w] / nthreads[w], load[w]))
-            out[p] = w
-            load[w] += 1
-    return out  # type: ignore[return-value]
+    with seceded():
+        return run_sync(client, run)
 
 
 def _speeds(speed: dict[str, float], results) -> None:
@@ -373,7 +232,7 @@ class _Fit:
         self.record_params = record_params
         self.callbacks: CallbackList = callbacks
         # Where callbacks run: None calls them on the event loop (an asynchronous client's
-        # caller is there); a queue hands them to the thread that called fit (_run_sync).
+        # caller is there); a queue hands them to the thread that called fit (caller.run_sync).
         self.caller: queue.SimpleQueue | None = None
         self._ran = (0, False)  # (rounds run, converged), for the callbacks' on_fit_end
         self._callback_seconds = 0.0
@@ -406,7 +265,7 @@ class _Fit:
                 return func(*args)
             loop = asyncio.get_running_loop()
             future = loop.create_future()
-            self.caller.put(_Call(func, args, future, loop))
+            self.caller.put(Call(func, args, future, loop))
             return await future
         finally:
             self._callback_seconds += time.perf_counter() - c0
@@ -614,42 +473,8 @@ class _Fit:
                         chunk_target=self.chunk_target)
             state = program.update(state, stats, k)
 
-            assign = book.owner
-            ran_on = [res.worker or a for res, a in zip(owned, assign, strict=False)]
-            if ran_on != assign and members is None:
-                members = asyncio.ensure_future(client.scheduler.ncores())
-            live = await members if members is not None else nthreads
-            if members is not None and unresponsive:
-                unresponsive &= await self._silent(unresponsive)  # who answers rejoins
-            owned_by_silent = list(parts.X)
-            if self.silent_helpers:
-                unresponsive |= self.silent_helpers
-                self.silent_helpers = set()
-            if late:
-                unresponsive |= set(late.values())
-                logger.warning(
-                    "daskabsp: round %d gave up on partitions %s: no heartbeat from %s for "
-                    "%s; their rows move to other workers", r, sorted(late),
-                    sorted(set(late.values())), config.get("unresponsive-after"))
-            live = {w: n for w, n in live.items() if w not in unresponsive} or live
-            if set(live) != set(nthreads) or ran_on != assign or late:
-                nthreads = live
-                new = balance(ran_on, live)
-                for p in late:  # a partition with a copy on a live worker moves there
-                    ok = [w for w in (parts.copies[p] if parts.copies else ()) if w in live]
-                    if ok:
-                        new[p] = ok[0]
-                        parts.X[p], parts.y[p], parts.sample_weight[p] = \
-                            parts.copies[p].pop(ok[0])
-                if new != assign:
-                    logger.info("daskabsp: workers changed; partitions re-balanced: %s", new)
-                book.owner = assign = new
-            lost = [p for p in late if parts.X[p] is owned_by_silent[p]] if late else []
-            if lost and not is_dask(self.data[0]):
-                # In-memory input: the fitting process holds the rows, so the partitions of a
-                # silent worker are placed again on the worker they are assigned to now.
-                await asyncio.gather(*(move(client, parts, p, *self.data, assign[p])
-                                       for p in lost))
+            nthreads = await self._membership(parts, book, owned, late, members, nthreads,
+                                              unresponsive, r)
 
             self._ran = (r + 1, False)
             if self.callbacks:
@@ -724,6 +549,50 @@ class _Fit:
                 ))
         order = {f.key[1]: f for f in futs}
         return [order[p] for p in range(len(parts))]
+
+    async def _membership(self, parts: Partitions, book: PartitionBook, owned, late,
+                          members, nthreads, unresponsive: set[str], r: int):
+        """After round ``r``: who is alive and answering (``unresponsive`` is updated in
+        place: workers given up on join it, those heard from again leave it), partitions
+        re-balanced over those workers, and a silent worker's partitions moved to a copy or
+        placed again. Returns the threads per worker to use from now on."""
+        client = self.client
+        assign = book.owner
+        ran_on = [res.worker or a for res, a in zip(owned, assign, strict=False)]
+        if ran_on != assign and members is None:
+            members = asyncio.ensure_future(client.scheduler.ncores())
+        live = await members if members is not None else nthreads
+        if members is not None and unresponsive:
+            unresponsive &= await self._silent(unresponsive)  # who answers rejoins
+        owned_by_silent = list(parts.X)
+        if self.silent_helpers:
+            unresponsive |= self.silent_helpers
+            self.silent_helpers = set()
+        if late:
+            unresponsive |= set(late.values())
+            logger.warning(
+                "daskabsp: round %d gave up on partitions %s: no heartbeat from %s for "
+                "%s; their rows move to other workers", r, sorted(late),
+                sorted(set(late.values())), config.get("unresponsive-after"))
+        live = {w: n for w, n in live.items() if w not in unresponsive} or live
+        if set(live) != set(nthreads) or ran_on != assign or late:
+            nthreads = live
+            new = balance(ran_on, live)
+            for p in late:  # a partition with a copy on a live worker moves there
+                ok = [w for w in (parts.copies[p] if parts.copies else ()) if w in live]
+                if ok:
+                    new[p] = ok[0]
+                    parts.X[p], parts.y[p], parts.sample_weight[p] = parts.copies[p].pop(ok[0])
+            if new != assign:
+                logger.info("daskabsp: workers changed; partitions re-balanced: %s", new)
+            book.owner = assign = new
+        lost = [p for p in late if parts.X[p] is owned_by_silent[p]] if late else []
+        if lost and not is_dask(self.data[0]):
+            # In-memory input: the fitting process holds the rows, so the partitions of a
+            # silent worker are placed again on the worker they are assigned to now.
+            await asyncio.gather(*(move(client, parts, p, *self.data, assign[p])
+                                   for p in lost))
+        return nthreads
 
     def _copy_stragglers(self, parts: Partitions, book: PartitionBook, results, quotas,
                          speed, nthreads, exclude) -> None:

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import threading
 import time
+import warnings
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -386,3 +387,40 @@ def stop_on_worker(rounds: list[str], dask_worker=None) -> None:
     ext = dask_worker.extensions.get(EXTENSION) if dask_worker is not None else None
     if ext is not None:
         ext.stop(rounds)
+
+
+_ready: dict[str, str] = {}  # client id -> how stops are sent (see ensure_plugins)
+_warned_fallback = False
+
+
+async def ensure_plugins(client) -> str:
+    """Register the daskabsp plugins on ``client``'s cluster (once per client).
+
+    Returns how stops are sent: ``"scheduler"`` (the scheduler plugin), ``"driver"`` (the
+    ``daskabsp.signal`` config asks for it) or ``"driver-opaque"`` (the scheduler plugin could
+    not be installed, e.g. daskabsp is missing on the scheduler: the driver sends the stops and
+    submits tasks whose functions the scheduler need not import).
+    """
+    global _warned_fallback
+    if client.id in _ready:
+        return _ready[client.id]
+    mode = "driver"
+    if config.get("signal") == "scheduler":
+        try:  # the scheduler plugin installs the worker plugin itself
+            await client.register_plugin(AbspSchedulerPlugin())
+            mode = "scheduler"
+        except Exception as e:
+            mode = "driver-opaque"
+            if not _warned_fallback:
+                _warned_fallback = True
+                warnings.warn(
+                    "daskabsp could not install its scheduler plugin (is daskabsp installed "
+                    f"on the scheduler?): {e!r}. The fitting process will send the stops "
+                    "itself, which adds a round trip to each harvest.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+    if mode != "scheduler":
+        await client.register_plugin(AbspWorkerPlugin())
+    _ready[client.id] = mode
+    return mode

@@ -71,7 +71,7 @@ async def open_reporter(client, fit: str, signal: str) -> FitReporter | None:
     fit : str
         The fit's id.
     signal : str
-        How the fit's stops are sent (see :func:`daskabsp.driver.ensure_plugins`); the page's
+        How the fit's stops are sent (see :func:`daskabsp.plugins.ensure_plugins`); the page's
         data come from the scheduler plugin, installed only under ``"scheduler"``.
     """
     if signal != "scheduler":

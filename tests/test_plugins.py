@@ -10,7 +10,7 @@ import numpy as np
 from distributed import Event
 
 from daskabsp import LogisticGD, run_partition
-from daskabsp.driver import ensure_plugins
+from daskabsp.plugins import ensure_plugins
 
 
 def _after_gate(gate, *args, **kwargs):
