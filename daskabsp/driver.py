@@ -58,7 +58,7 @@ from .partitions import (
 from .plugins import ensure_plugins, stop_on_worker
 from .policies import Policy, as_policy
 from .programs.base import PartitionStats, Program
-from .protocol import SETTLED_HANDLER, SILENT_HANDLER, RoundId
+from .protocol import FORGET_HANDLER, SETTLED_HANDLER, SILENT_HANDLER, RoundId
 from .reporting import FitReporter, open_reporter
 from .runtime import PartialResult, run_partition
 from .validation import check_data, check_int, check_quota, check_real
@@ -499,6 +499,8 @@ class _Fit:
         held = await nbytes_by_worker(client, parts, book.owner)
         latency, stop_time = (await self._round_times(rids, epoch0) if self.signal == "scheduler"
                               else (None, None))
+        if self.signal == "scheduler":
+            await getattr(client.scheduler, FORGET_HANDLER)(fit=self.fit_id)
         attrs = {
             "sync": policy.name, "policy": repr(policy), "program": program.name,
             "program_repr": repr(program), "fit_id": self.fit_id, "n_partitions": P,

@@ -33,6 +33,8 @@ from . import config
 from .monitor import FitBook, page_status
 from .protocol import (
     ANNOTATION,
+    FORGET_HANDLER,
+    FORGET_OP,
     IDLE_OP,
     PAGE_STATUS_HANDLER,
     REPORT_HANDLER,
@@ -67,6 +69,7 @@ class AbspWorkerPlugin(WorkerPlugin):
         self._flags: OrderedDict[str, threading.Event] = OrderedDict()
         self._max = int(config.get("max-rounds-per-worker"))
         worker.stream_handlers[STOP_OP] = self.stop
+        worker.stream_handlers[FORGET_OP] = self.forget
         worker.handlers[STOP_HANDLER] = self._stop_rpc
         worker.extensions[EXTENSION] = self
 
@@ -105,6 +108,13 @@ class AbspWorkerPlugin(WorkerPlugin):
                 self._held[k] = held
         else:
             self._worker.batched_stream.send(report)
+
+    def forget(self, fit: str = "", **kwargs: Any) -> None:
+        """Drop the stop flags of the rounds of ``fit`` (it has ended)."""
+        prefix = f"{fit}:"
+        with self._lock:
+            for rid in [r for r in self._flags if r.startswith(prefix)]:
+                del self._flags[rid]
 
     def transition(self, key, start, finish, **kwargs: Any) -> None:
         if self._held and start == "executing":
@@ -180,6 +190,7 @@ class AbspSchedulerPlugin(SchedulerPlugin):
             await scheduler.register_worker_plugin(
                 None, dumps(AbspWorkerPlugin()), name=PLUGIN_NAME, idempotent=True)
         scheduler.handlers[ROUND_INFO_HANDLER] = self.round_info
+        scheduler.handlers[FORGET_HANDLER] = self.forget_fit
         scheduler.handlers[SETTLED_HANDLER] = self.settled
         scheduler.handlers[SILENT_HANDLER] = self.silent
         scheduler.handlers[REPORT_HANDLER] = self.fit_report
@@ -368,6 +379,15 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         """Whether this scheduler serves the daskabsp dashboard page, see
         :func:`daskabsp.monitor.page_status`."""
         return page_status(self.scheduler)
+
+    def forget_fit(self, fit: str) -> None:
+        """Forget ``fit``'s round log here and its stop flags on the workers (it has ended
+        and its driver has read the log): a long-lived cluster's plugins then hold nothing
+        per round of the fits it ran."""
+        self.log = deque((e for e in self.log if e[1] != fit), maxlen=self.log.maxlen)
+        if PLUGIN_NAME in self.scheduler.worker_plugins:
+            for addr in self.scheduler.workers:
+                self.scheduler.worker_send(addr, {"op": FORGET_OP, "fit": fit})
 
     def round_info(self, fit: str) -> dict[str, dict]:
         """Timings of the rounds of ``fit``: quorum time and last result time (scheduler clock)."""

@@ -15,12 +15,15 @@ ANNOTATION = "daskabsp"
 STOP_OP = "daskabsp-stop"
 #: Worker -> scheduler (batched stream): these keys of a stopped round were not executing.
 IDLE_OP = "daskabsp-idle"
+#: Scheduler -> worker (batched stream): forget the stop flags of this fit's rounds.
+FORGET_OP = "daskabsp-forget"
 #: Worker handler (RPC): stop these rounds (when the worker plugin's stream op is unknown).
 STOP_HANDLER = "daskabsp_stop"
 #: Scheduler handlers (RPC), called by the fitting process.
 SETTLED_HANDLER = "daskabsp_settled"
 SILENT_HANDLER = "daskabsp_silent"
 ROUND_INFO_HANDLER = "daskabsp_round_info"
+FORGET_HANDLER = "daskabsp_forget_fit"
 REPORT_HANDLER = "daskabsp_fit_report"
 PAGE_STATUS_HANDLER = "daskabsp_page_status"
 

@@ -131,3 +131,42 @@ def test_a_thousand_partitions(client):
     # per stopped partition here, their rows being fewer than a piece's minimum)
     assert max(tasks) - min(tasks) <= 2000
     assert max(rounds) <= 2 and max(keys) <= 2000
+
+
+def _scheduler_held(dask_scheduler=None) -> dict[str, int]:
+    plugin = dask_scheduler.plugins[PLUGIN_NAME]
+    return {"tasks": sum("daskabsp" in str(k) for k in dask_scheduler.tasks),
+            "rounds": len(plugin.rounds),
+            "keys": len(plugin.key_round), "log": len(plugin.log),
+            "announced": len(plugin._announced)}
+
+
+def _worker_held(dask_worker=None) -> dict[str, int]:
+    ext = dask_worker.extensions["daskabsp"]
+    return {"flags": len(ext._flags), "held": len(ext._held)}
+
+
+@pytest.mark.slow
+def test_five_thousand_rounds_leave_the_plugins_as_they_were(client):
+    """After a fit of 5 000 rounds the scheduler plugin (rounds, keys, round log) and the
+    worker plugins (stop flags) hold what they held before it, and the scheduler holds no
+    task of it."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2_000, 3))
+    y = (X[:, 0] > 0).astype(float)
+    from daskabsp.programs import LogisticGD
+
+    fit(LogisticGD(), X, y, sync="absp", max_iter=2, tol=None, n_partitions=2)  # warm up
+    deadline = time.monotonic() + 30  # its keys are released asynchronously
+    while client.run_on_scheduler(_scheduler_held)["tasks"] and time.monotonic() < deadline:
+        pass
+    sched0, workers0 = client.run_on_scheduler(_scheduler_held), client.run(_worker_held)
+    res = fit(LogisticGD(), X, y, sync="absp", max_iter=5_000, tol=None, n_partitions=2)
+    assert res.n_iter == 5_000 and res.history.harvested.any()
+    # the last round's keys are released, and the workers told to forget, asynchronously
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (client.run_on_scheduler(_scheduler_held) != sched0
+                                           or client.run(_worker_held) != workers0):
+        pass
+    assert client.run_on_scheduler(_scheduler_held) == sched0
+    assert client.run(_worker_held) == workers0

@@ -104,7 +104,7 @@ def test_placement_goes_around_a_frozen_worker():
         h = res.history
         assert not (h.worker.values[1:] == frozen).any()
         assert (h.worker_rows.sel(address=frozen).values == 0).all()
-        np.testing.assert_allclose(res.coef, ref.coef, rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(res.coef, ref.coef, rtol=1e-4, atol=1e-6)
         # once resumed, nothing of the fit is left running
         deadline = time.monotonic() + 30
         while client.run_on_scheduler(_processing) and time.monotonic() < deadline:
