@@ -379,10 +379,11 @@ class FinishTimes(SchedulerPlugin):
 
 
 def round_finishes(client: Client, fit_id: str, n_rounds: int) -> list[list[dict]]:
-    """Per round of fit ``fit_id``, the :class:`FinishTimes` records of its tasks (first
-    attempt only; an empty list where a round is missing)."""
+    """Per round of fit ``fit_id``, the :class:`FinishTimes` records of its partitions' own
+    tasks (first attempt only, not the helpers'; an empty list where a round is missing)."""
     got = client.sync(client.scheduler.bench_finish_times, contains=f"-{fit_id}-")
-    by_round = {int(k.rsplit("-", 1)[1]): v for k, v in got.items() if "retry" not in k}
+    by_round = {int(k.rsplit("-", 1)[1]): v for k, v in got.items()
+                if "retry" not in k and "-help" not in k}
     return [by_round.get(r, []) for r in range(n_rounds)]
 
 
