@@ -598,25 +598,19 @@ class _Fit:
 
     def _copy_stragglers(self, parts: Partitions, book: PartitionBook, results, quotas,
                          speed, nthreads, exclude) -> None:
-        """Once a round shows a straggler (a partition left well short of its quota by a
-        slow worker, or not started at all), start copying, in the background, every
-        partition with fewer than ``daskabsp.replicas`` copies to the fastest worker without
-        one, the stragglers' partitions first: helpers scan leftovers there. A cluster with
-        one straggler tends to have others (transient slowness moves around), and a copy
-        made before it is needed costs memory, not time; without a straggler nothing is
-        copied."""
-        fastest = max(speed.values(), default=0.0)
-        straggling = [
-            p for p, res in enumerate(results)
-            if res.rows < _COPY_BELOW * quotas[p]
-            and not (res.rows and speed.get(res.worker, 0.0) >= _COPY_SLOWER * fastest)]
-        if not straggling:
-            return
+        """Start copying, in the background, each partition that a straggler left well short
+        of its quota (and that has fewer than ``daskabsp.replicas`` copies) to the fastest
+        worker without one: from the next round on, helpers can scan its rows there. Only
+        the stragglers' partitions are copied, and the round does not wait for it."""
         limit = int(config.get("replicas"))
-        rest = [p for p in range(len(results)) if p not in straggling]
-        for p in straggling + rest:
+        fastest = max(speed.values(), default=0.0)
+        for p, res in enumerate(results):
+            if p in self._copying or res.rows >= _COPY_BELOW * quotas[p]:
+                continue
+            if res.rows and speed.get(res.worker, 0.0) >= _COPY_SLOWER * fastest:
+                continue
             have = parts.holders(p, book.owner[p])
-            if p in self._copying or len(have) > limit:
+            if len(have) > limit:
                 continue
             free = [w for w in nthreads if w not in have and w not in exclude]
             if not free:
@@ -662,19 +656,10 @@ class _Fit:
         known = [speed[w] for w in live if w in speed]
         guess = float(np.median(known)) if known else 1.0
         rate = {w: speed.get(w, guess) for w in live}
-        alone = max((lo.rows / max(speed.get(results[lo.partition].worker, guess), 1e-9)
-                     for lo in leftovers), default=0.0)  # owners finishing on their own
-        if not needed and alone < config.seconds("help-above"):
+        if not needed and leftovers and max(
+                lo.rows / max(speed.get(results[lo.partition].worker, guess), 1e-9)
+                for lo in leftovers) < config.seconds("help-above"):
             return results, helped, Counter()
-        # Copies on their way for these partitions are worth waiting for a while: helpers
-        # split a leftover only where a copy is.
-        coming = [self._copying[lo.partition] for lo in leftovers
-                  if lo.partition in self._copying]
-        if coming:
-            await asyncio.wait(coming, timeout=alone / 2)
-            leftovers = [dataclasses.replace(lo, holders=tuple(
-                w for w in parts.holders(lo.partition, book.owner[lo.partition])
-                if w not in exclude)) for lo in leftovers]
         pieces = coverage.plan(leftovers, rate, live, min_rows=int(config.get("probe-rows")))
         by_worker: Counter[str] = Counter()
         if not pieces:
