@@ -108,8 +108,8 @@ def _usable_cpus() -> list[int]:
 def pinned_workers(client, cores: Sequence[int] | None = None) -> Iterator[dict[str, int]]:
     """Pin each worker process to a core of its own while the block runs (Linux).
 
-    Workers, in address order, get ``cores`` in turn (default: the cores the first worker may
-    use). On exit every worker's threads get their previous affinity back; a worker that is
+    Workers, in address order, get ``cores`` in turn (default: the cores any of them may use
+    now, so pinning pinned workers again gives each the core it has). On exit every worker's threads get their previous affinity back; a worker that is
     gone by then is skipped.
 
     Parameters
@@ -132,8 +132,8 @@ def pinned_workers(client, cores: Sequence[int] | None = None) -> Iterator[dict[
     if not hasattr(os, "sched_setaffinity"):
         raise RuntimeError("pinned_workers needs os.sched_setaffinity (Linux).")
     addrs = sorted(client.scheduler_info(n_workers=-1)["workers"])
-    if cores is None:
-        cores = next(iter(client.run(_usable_cpus, workers=addrs[:1]).values()))
+    if cores is None:  # the cores the workers may use (already pinned ones: together)
+        cores = sorted(set().union(*client.run(_usable_cpus, workers=addrs).values()))
     cores = [int(c) for c in cores]
     if len(addrs) > len(cores):
         warnings.warn(f"{len(addrs)} workers on {len(cores)} cores: some share a core.",
