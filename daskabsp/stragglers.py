@@ -109,8 +109,8 @@ def pinned_workers(client, cores: Sequence[int] | None = None) -> Iterator[dict[
     """Pin each worker process to a core of its own while the block runs (Linux).
 
     Workers, in address order, get ``cores`` in turn (default: the cores any of them may use
-    now, so pinning pinned workers again gives each the core it has). On exit every worker's threads get their previous affinity back; a worker that is
-    gone by then is skipped.
+    now, so pinning pinned workers again gives each the core it has). On exit every worker's
+    threads get their previous affinity back; a worker that is gone by then is skipped.
 
     Parameters
     ----------
