@@ -50,7 +50,9 @@ def test_four_fits_from_four_threads_keep_to_themselves(client, workers, data):
             assert not h.harvested.values.any()
             assert (h.rows_total.values == len(y)).all()
         else:
-            assert h.harvested.values.any()
+            # its own rounds were stopped at their quorum (whether a partition was still
+            # running then depends on how the four fits' tasks interleave on the workers)
+            assert np.isfinite(h.stop_time.values).all()
 
 
 def _fits_of_client(client_id: str, dask_scheduler=None) -> list[str]:
@@ -141,6 +143,11 @@ def _scheduler_held(dask_scheduler=None) -> dict[str, int]:
             "announced": len(plugin._announced)}
 
 
+def _flags_of(fit_id: str, dask_worker=None) -> int:
+    ext = dask_worker.extensions["daskabsp"]
+    return sum(rid.startswith(f"{fit_id}:") for rid in list(ext._flags))
+
+
 def _worker_held(dask_worker=None) -> dict[str, int]:
     ext = dask_worker.extensions["daskabsp"]
     return {"flags": len(ext._flags), "held": len(ext._held)}
@@ -166,7 +173,14 @@ def test_five_thousand_rounds_leave_the_plugins_as_they_were(client):
     # the last round's keys are released, and the workers told to forget, asynchronously
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and (client.run_on_scheduler(_scheduler_held) != sched0
-                                           or client.run(_worker_held) != workers0):
+                                           or any(client.run(_flags_of, res.history.attrs[
+                                               "fit_id"]).values())):
         pass
     assert client.run_on_scheduler(_scheduler_held) == sched0
-    assert client.run(_worker_held) == workers0
+    # no stop flag of this fit is left, and no worker holds more than before it (flags of
+    # earlier, interrupted fits may have been pushed out by the 4 096-round bound)
+    fit_id = res.history.attrs["fit_id"]
+    assert not any(client.run(_flags_of, fit_id).values())
+    held = client.run(_worker_held)
+    assert all(held[w]["flags"] <= workers0[w]["flags"] and held[w]["held"] == 0
+               for w in workers0)
