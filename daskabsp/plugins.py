@@ -144,6 +144,7 @@ class _Round:
     t_quorum: float | None = None
     t_last: float | None = None  # when the round settled (its last key left ``open``)
     settled: asyncio.Event | None = None  # created by a waiter
+    logged: bool = True  # False once its fit is forgotten: its keys may still be released
 
 
 def _settle(r: _Round, key) -> None:
@@ -264,7 +265,8 @@ class AbspSchedulerPlugin(SchedulerPlugin):
 
     def _retire(self, r: _Round) -> None:
         if self.rounds.pop(r.rid, None) is not None:
-            self.log.append((r.rid, r.fit, r.finished, r.t_quorum, r.t_last))
+            if r.logged:
+                self.log.append((r.rid, r.fit, r.finished, r.t_quorum, r.t_last))
             if r.t_quorum is not None and r.t_last is not None:
                 self.book.note_latency(r.fit, r.number, r.t_last - r.t_quorum)
         if r.settled is not None:
@@ -385,6 +387,9 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         and its driver has read the log): a long-lived cluster's plugins then hold nothing
         per round of the fits it ran."""
         self.log = deque((e for e in self.log if e[1] != fit), maxlen=self.log.maxlen)
+        for r in self.rounds.values():
+            if r.fit == fit:
+                r.logged = False  # its keys are released after this: keep it out of the log
         if PLUGIN_NAME in self.scheduler.worker_plugins:
             for addr in self.scheduler.workers:
                 self.scheduler.worker_send(addr, {"op": FORGET_OP, "fit": fit})
