@@ -49,9 +49,13 @@ class Piece:
 
 
 def plan(leftovers: Sequence[Leftover], speed: Mapping[str, float],
-         threads: Mapping[str, int], *, min_rows: int = 1) -> list[Piece]:
+         threads: Mapping[str, int], *, min_rows: int = 1,
+         cost: Mapping[int, float] | None = None) -> list[Piece]:
     """Split ``leftovers`` into pieces for the workers in ``speed`` (rows per second per
     thread), so that each worker's share follows its speed times its ``threads``.
+
+    ``cost`` (partition -> relative cost of one of its rows, 1 if absent) makes a row of a
+    costly partition count for more of a worker's time: ``speed`` is then in rows of cost 1.
 
     Workers not in ``speed`` (gone, silent) get nothing; a leftover none of whose holders is
     in ``speed`` gets no piece. A worker's share of a partition below ``min_rows`` rows goes
@@ -67,7 +71,8 @@ def plan(leftovers: Sequence[Leftover], speed: Mapping[str, float],
     # The time at which every worker would be done if rows could go anywhere; each worker's
     # budget is what it scans in that time. Partitions with the fewest holders go first,
     # while their holders still have budget.
-    horizon = sum(lo.rows for lo in todo) / total_cap
+    cost = cost or {}
+    horizon = sum(lo.rows * cost.get(lo.partition, 1.0) for lo in todo) / total_cap
     budget = {w: c * horizon for w, c in cap.items()}
     pieces: list[Piece] = []
     for lo in sorted(todo, key=lambda lo: (len(lo.holders), lo.partition)):
@@ -86,7 +91,7 @@ def plan(leftovers: Sequence[Leftover], speed: Mapping[str, float],
         for w, rows in zip(holders, share, strict=True):
             if rows <= 0:
                 continue
-            budget[w] -= rows
+            budget[w] -= rows * cost.get(lo.partition, 1.0)
             cuts = _apportion(rows, [1.0] * max(1, min(int(threads.get(w, 1)),
                                                         rows // max(min_rows, 1))))
             for n in cuts:

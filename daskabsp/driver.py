@@ -59,6 +59,7 @@ from .plugins import ensure_plugins, stop_on_worker
 from .policies import Policy, as_policy
 from .programs.base import PartitionStats, Program
 from .protocol import FORGET_HANDLER, SETTLED_HANDLER, SILENT_HANDLER, RoundId
+from .rates import Rates
 from .reporting import FitReporter, open_reporter
 from .runtime import PartialResult, run_partition
 from .validation import check_data, check_int, check_quota, check_real
@@ -66,12 +67,6 @@ from .validation import check_data, check_int, check_quota, check_real
 logger = logging.getLogger(__name__)
 
 _ROUND_ATTEMPTS = 3
-#: A partition gets a copy on a faster worker, for helpers, when its own task scanned less
-#: than this share of its quota on a worker slower than this share of the fastest one's
-#: speed, or nothing at all (queued behind other work, or its worker silent). A partition
-#: stopped short only because its task started late is not copied.
-_COPY_BELOW = 0.9
-_COPY_SLOWER = 0.75
 
 
 @dataclass
@@ -198,17 +193,6 @@ def fit(
         return run_sync(client, run)
 
 
-def _speeds(speed: dict[str, float], results) -> None:
-    """Update ``speed`` (rows per second per thread, per worker) from a round's scans."""
-    per: dict[str, tuple[int, float]] = {}
-    for res in results:
-        if res.rows > 0 and res.compute_seconds > 0 and res.worker:
-            rows, secs = per.get(res.worker, (0, 0.0))
-            per[res.worker] = (rows + res.rows, secs + res.compute_seconds)
-    for w, (rows, secs) in per.items():
-        speed[w] = rows / secs
-
-
 def idle_result(cursor: int, worker: str) -> PartialResult:
     """The result of a task that had not started when its round stopped: nothing computed."""
     return PartialResult(stats=None, rows=0, cursor=cursor, stopped=True, compute_seconds=0.0,
@@ -289,7 +273,9 @@ class _Fit:
         policy.check(P)
         if any(c == 0 for c in chunks):
             raise ValueError("X has an empty row chunk; every partition needs at least one row.")
+        t_place = time.perf_counter()
         parts = await place(client, X, y, sw, chunks, silent=self._silent_one)
+        self._place_seconds = time.perf_counter() - t_place
         status = "failed"
         try:
             if is_dask(X):
@@ -365,7 +351,9 @@ class _Fit:
             self.reporter.start(program=program.name, sync=policy.name, n_partitions=P)
         rids: list[RoundId] = []
         helped = policy.helped and int(config.get("replicas")) > 0
-        speed: dict[str, float] = {}  # rows per second per thread, as last measured
+        rates = Rates(P)
+        if helped:
+            self._rent_due = await self._copy_seconds(parts)
         self._copying: dict[int, asyncio.Future] = {}
         self.silent_helpers: set[str] = set()  # workers a helper phase gave up on
         prev_obj = None
@@ -409,13 +397,13 @@ class _Fit:
                             settle=policy.stops and self.signal == "scheduler")
                         owned = results
                         if helped:
-                            _speeds(speed, results)
-                            self._copy_stragglers(parts, book, results, round_quotas, speed,
+                            rates.observe(results)
+                            self._copy_stragglers(parts, book, results, round_quotas, rates,
                                                   nthreads, unresponsive | set(late.values()))
                             self._in_flight.append(rid.helpers())
                             results, helped_rows, by_worker = await self._help(
                                 parts, book, arg, rid.helpers(), results, round_quotas,
-                                speed, nthreads, unresponsive | set(late.values()),
+                                rates, nthreads, unresponsive | set(late.values()),
                                 needed=full)
                     break
                 except (KilledWorker, FutureCancelledError) as e:
@@ -597,29 +585,43 @@ class _Fit:
         return nthreads
 
     def _copy_stragglers(self, parts: Partitions, book: PartitionBook, results, quotas,
-                         speed, nthreads, exclude) -> None:
-        """Start copying, in the background, each partition that a straggler left well short
-        of its quota (and that has fewer than ``daskabsp.replicas`` copies) to the fastest
-        worker without one: from the next round on, helpers can scan its rows there. Only
-        the stragglers' partitions are copied, and the round does not wait for it."""
+                         rates: Rates, nthreads, exclude) -> None:
+        """Start copying, in the background, each partition whose copy has paid for itself
+        (see :meth:`Rates.charge`: the time its owner alone spent on what it left, summed over
+        the rounds, exceeds the copy's time; at once for a partition that scanned nothing,
+        queued behind other work or on a silent worker) to the fastest worker without one,
+        up to ``daskabsp.replicas`` copies: from the next round on, helpers can scan its rows
+        there. The round does not wait for it."""
         limit = int(config.get("replicas"))
-        fastest = max(speed.values(), default=0.0)
         for p, res in enumerate(results):
-            if p in self._copying or res.rows >= _COPY_BELOW * quotas[p]:
-                continue
-            if res.rows and speed.get(res.worker, 0.0) >= _COPY_SLOWER * fastest:
+            left = quotas[p] - res.rows
+            if p in self._copying or left <= 0:
                 continue
             have = parts.holders(p, book.owner[p])
             if len(have) > limit:
                 continue
             free = [w for w in nthreads if w not in have and w not in exclude]
-            if not free:
+            if not free or rates.charge(p, left, free) < self._rent_due[p]:
                 continue
-            w = max(free, key=lambda w: (speed.get(w, 0.0), w))
+            w = max(free, key=lambda w: (rates.rate(w, p), w))
             task = asyncio.ensure_future(
                 copy_partition(self.client, parts, p, self.data, w))
             self._copying[p] = task
             task.add_done_callback(lambda t, p=p: self._copied(p, t))
+
+    async def _copy_seconds(self, parts: Partitions) -> list[float]:
+        """Per partition, the time a copy of it is expected to take: its bytes (as the
+        scheduler measured them) at the rate this fit placed in-memory input, or at
+        ``daskabsp.copy-rate`` for dask arrays (copied worker to worker)."""
+        keys = [[f.key for f in fs if f is not None] for fs in zip(
+            parts.X, parts.y, parts.sample_weight, strict=True)]
+        size = await self.client.scheduler.nbytes(keys=[k for ks in keys for k in ks],
+                                                  summary=False)
+        nbytes = [sum(int(size.get(k, 0)) for k in ks) for ks in keys]
+        rate = float(config.nbytes("copy-rate"))
+        if not is_dask(self.data[0]) and self._place_seconds > 0:
+            rate = sum(nbytes) / self._place_seconds
+        return [b / max(rate, 1.0) for b in nbytes]
 
     def _copied(self, p: int, task: asyncio.Future) -> None:
         self._copying.pop(p, None)
@@ -628,7 +630,7 @@ class _Fit:
                            task.exception())
 
     async def _help(self, parts: Partitions, book: PartitionBook, params, hid: RoundId,
-                    results, quotas, speed, nthreads, exclude, *,
+                    results, quotas, rates: Rates, nthreads, exclude, *,
                     needed: bool) -> tuple[list, list[int], Counter]:
         """The helper phase of a round: what the partitions' own scans left of their quotas,
         split by :func:`coverage.plan` among the workers holding copies (not those in
@@ -653,14 +655,14 @@ class _Fit:
                                               if w not in exclude))
             for p, res in enumerate(results) if quotas[p] > res.rows]
         live = {w: n for w, n in nthreads.items() if w not in exclude}
-        known = [speed[w] for w in live if w in speed]
-        guess = float(np.median(known)) if known else 1.0
-        rate = {w: speed.get(w, guess) for w in live}
         if not needed and leftovers and max(
-                lo.rows / max(speed.get(results[lo.partition].worker, guess), 1e-9)
+                lo.rows / max(rates.own[lo.partition] or rates.rate(
+                    results[lo.partition].worker, lo.partition), 1e-9)
                 for lo in leftovers) < config.seconds("help-above"):
             return results, helped, Counter()
-        pieces = coverage.plan(leftovers, rate, live, min_rows=int(config.get("probe-rows")))
+        speed = {w: rates.worker_speed(w) for w in live}
+        pieces = coverage.plan(leftovers, speed, live, min_rows=int(config.get("probe-rows")),
+                               cost={lo.partition: rates.cost(lo.partition) for lo in leftovers})
         by_worker: Counter[str] = Counter()
         if not pieces:
             return results, helped, by_worker
@@ -673,12 +675,15 @@ class _Fit:
                 futs.append(self._submit_call(
                     "run", run_partition, self._program_arg(), params, X, y, sw,
                     round_id=str(hid), cursor=pc.start, quota=pc.rows,
-                    chunk_rows=max(1, int(rate[pc.worker] * self.chunk_target)),
+                    chunk_rows=max(1, int(rates.rate(pc.worker, pc.partition)
+                                          * self.chunk_target)),
                     chunk_target=self.chunk_target, key=(prefix, i), workers=[pc.worker],
                     allow_other_workers=True))
         got, late = await self._collect(futs, hid, [pc.start for pc in pieces],
                                         settle=self.signal == "scheduler")
         self.silent_helpers.update(late.values())
+        rates.observe_pieces(results, ((pc.partition, res) for pc, res in zip(
+            pieces, got, strict=True)))
         del futs
         by_part: dict[int, list] = {}
         for pc, res in zip(pieces, got, strict=True):

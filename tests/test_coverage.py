@@ -41,10 +41,14 @@ speeds = st.dictionaries(st.sampled_from(WORKERS), st.floats(0.1, 1e6), max_size
 threads = st.dictionaries(st.sampled_from(WORKERS), st.integers(1, 4), max_size=4)
 
 
+costs = st.none() | st.dictionaries(st.integers(0, 4), st.floats(0.01, 100), max_size=5)
+
+
 @settings(max_examples=300, deadline=None)
-@given(leftovers(), speeds, threads, st.integers(1, 64))
-def test_plan_tiles_every_leftover_with_pieces_on_its_holders(los, speed, nthreads, min_rows):
-    pieces = plan(los, speed, nthreads, min_rows=min_rows)
+@given(leftovers(), speeds, threads, st.integers(1, 64), costs)
+def test_plan_tiles_every_leftover_with_pieces_on_its_holders(los, speed, nthreads, min_rows,
+                                                              cost):
+    pieces = plan(los, speed, nthreads, min_rows=min_rows, cost=cost)
     for lo in los:
         mine = [pc for pc in pieces if pc.partition == lo.partition]
         live = set(lo.holders) & set(speed)

@@ -1,0 +1,102 @@
+"""Property tests of the scan-rate bookkeeping: worker speeds against partition costs, and the
+rent that decides when a partition's copy pays."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from daskabsp.coverage import Leftover, plan
+from daskabsp.rates import Rates
+
+
+@dataclass
+class Scan:
+    worker: str
+    rows: int
+    compute_seconds: float
+
+
+def scan(worker: str, rows: int, speed: float, cost: float) -> Scan:
+    """A noise-free scan: ``rows`` rows of cost ``cost`` on a worker of speed ``speed``."""
+    return Scan(worker, rows, rows * cost / speed)
+
+
+positive = st.floats(0.05, 20.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(positive, min_size=2, max_size=5), st.lists(positive, min_size=2, max_size=5))
+def test_a_helped_round_tells_worker_speed_from_partition_cost(speeds, costs):
+    """Worker ``i`` owns partition ``i``; after one round in which each worker also scans a
+    piece of the next worker's partition, the learnt costs and speeds have the true ratios,
+    whatever mix of slow workers and costly partitions made the owners' rates."""
+    n = min(len(speeds), len(costs))
+    speeds, costs = speeds[:n], costs[:n]
+    names = [f"w{i}" for i in range(n)]
+    rates = Rates(n)
+    own = [scan(names[i], 1000, speeds[i], costs[i]) for i in range(n)]
+    rates.observe(own)
+    assert [rates.own[p] for p in range(n)] == pytest.approx(
+        [speeds[i] / costs[i] for i in range(n)])
+    pieces = [((i + 1) % n, scan(names[i], 500, speeds[i], costs[(i + 1) % n]))
+              for i in range(n)]
+    rates.observe_pieces(own, pieces)
+    rates.observe(own)  # the next round's own scans, with the costs now learnt
+    for p in range(n):
+        assert rates.cost(p) / rates.cost(0) == pytest.approx(costs[p] / costs[0])
+        assert rates.worker_speed(names[p]) / rates.worker_speed(names[0]) == pytest.approx(
+            speeds[p] / speeds[0])
+        for w in range(n):  # so every worker's rate on every partition is right
+            assert rates.rate(names[w], p) / rates.rate(names[0], 0) == pytest.approx(
+                (speeds[w] / costs[p]) / (speeds[0] / costs[0]))
+
+
+def test_before_any_cross_scan_the_gap_is_split_between_worker_and_partition():
+    """Worker b's partition scans 4x slower than a's: until a worker scans both, b is taken
+    to be 2x slower and its partition 2x costlier (the geometric middle of the two
+    explanations), so a helper on a is expected to scan b's rows 2x faster than b."""
+    rates = Rates(2)
+    rates.observe([scan("a", 1000, 4.0, 1.0), scan("b", 1000, 1.0, 1.0)])
+    assert rates.cost(1) / rates.cost(0) == pytest.approx(2.0)
+    assert rates.worker_speed("a") / rates.worker_speed("b") == pytest.approx(2.0)
+    assert rates.rate("a", 1) / rates.rate("b", 1) == pytest.approx(2.0)
+    assert rates.worker_speed("new") == pytest.approx(
+        (rates.worker_speed("a") + rates.worker_speed("b")) / 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0.1, 10.0), st.floats(1.0, 16.0), st.integers(1, 10_000),
+       st.floats(0.01, 10.0))
+def test_rent_adds_up_the_owners_lone_time_until_the_copy_pays(own_speed, helper_factor, left,
+                                                               price):
+    """Each round charges ``left / own - left / (own + helper)`` seconds; the copy pays in the
+    first round whose total reaches its price, and a partition whose owner scanned nothing
+    pays at once."""
+    rates = Rates(2)
+    rates.observe([scan("a", 1000, own_speed * helper_factor, 1.0),
+                   scan("b", 1000, own_speed, 1.0)])
+    own, helper = rates.own[1], rates.rate("a", 1)
+    per_round = left / own - left / (own + helper)
+    assert per_round > 0
+    paid = [rates.charge(1, left, ["a"]) for _ in range(3)]
+    assert paid == pytest.approx([per_round, 2 * per_round, 3 * per_round])
+    assert (paid[0] >= price) == (per_round >= price)
+    rates.observe([scan("a", 1000, 1.0, 1.0), Scan("b", 0, 0.0)])
+    assert math.isinf(rates.charge(1, left, ["a"]))
+
+
+def test_plan_gives_a_costly_partitions_rows_by_time_not_by_count():
+    """Two equally fast workers; ``a`` alone holds partition 0 (cost 1, 300 rows), both hold
+    partition 1 (cost 3, 300 rows): 1 200 units of work, 600 each, so ``b`` takes 200 rows of
+    partition 1 and ``a`` the other 100 after its own 300."""
+    los = [Leftover(0, 0, 300, 1000, ("a",)), Leftover(1, 0, 300, 1000, ("a", "b"))]
+    pieces = plan(los, {"a": 1.0, "b": 1.0}, {"a": 1, "b": 1}, cost={0: 1.0, 1: 3.0})
+    work = {"a": 0.0, "b": 0.0}
+    for pc in pieces:
+        work[pc.worker] += pc.rows * (3.0 if pc.partition == 1 else 1.0)
+    assert work == {"a": 600.0, "b": 600.0}
