@@ -593,15 +593,16 @@ class _Fit:
         up to ``daskabsp.replicas`` copies: from the next round on, helpers can scan its rows
         there. The round does not wait for it."""
         limit = int(config.get("replicas"))
-        for p, res in enumerate(results):
-            left = quotas[p] - res.rows
-            if p in self._copying or left <= 0:
-                continue
+        left = {p: quotas[p] - res.rows for p, res in enumerate(results)
+                if quotas[p] > res.rows and p not in self._copying}
+        paid = rates.charge(left, book.owner, [w for w in nthreads if w not in exclude],
+                            slack=config.seconds("help-above"))
+        for p in left:
             have = parts.holders(p, book.owner[p])
-            if len(have) > limit:
+            if len(have) > limit or paid[p] < self._rent_due[p]:
                 continue
             free = [w for w in nthreads if w not in have and w not in exclude]
-            if not free or rates.charge(p, left, free) < self._rent_due[p]:
+            if not free:
                 continue
             w = max(free, key=lambda w: (rates.rate(w, p), w))
             task = asyncio.ensure_future(

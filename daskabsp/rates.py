@@ -41,6 +41,7 @@ class Rates:
         self._guess = [0.0] * n_partitions  # half the partition's gap, while not learnt
         self.speed: dict[str, float] = {}  # cost-1 rows per second per thread
         self.own: list[float | None] = [None] * n_partitions  # this round: rows/s at its owner
+        self.active: set[str] = set()  # workers that scanned in this round
         self.rent = [0.0] * n_partitions
 
     def cost(self, p: int) -> float:
@@ -65,6 +66,7 @@ class Rates:
         scans = [(p, r.worker, r.rows / r.compute_seconds) for p, r in enumerate(results)
                  if r.rows > 0 and r.compute_seconds > 0 and r.worker]
         self.own = [None] * len(self.own)
+        self.active = {w for _, w, _ in scans}
         for p, _, v in scans:
             self.own[p] = v
         if not scans:
@@ -112,16 +114,30 @@ class Rates:
                 self.log_cost[p] = sample if old is None else (n * old + sample) / (n + 1)
                 self._seen[p] += 1
 
-    def charge(self, p: int, rows: int, helpers: Iterable[str]) -> float:
-        """Charge partition ``p`` the rent of a round in which its owner alone scans the
-        ``rows`` it left (rather than sharing them with the fastest of ``helpers``); return
-        the rent paid so far, in seconds (infinite when the owner scanned nothing)."""
-        own = self.own[p]
-        if not own:
-            return math.inf
-        best = max((self.rate(w, p) for w in helpers), default=0.0)
-        self.rent[p] += rows / own - rows / (own + best)
-        return self.rent[p]
+    def charge(self, left: dict[int, int], owner: Sequence[str], workers: Iterable[str], *,
+               slack: float = 0.0) -> dict[int, float]:
+        """Charge a round's rent and return, for each partition in ``left`` (partition ->
+        rows its owner left), the rent it has paid so far, in seconds.
+
+        Alone, each owner would scan what its partitions left in ``T[w]`` seconds; shared
+        among ``workers`` by speed, everything would be done by ``H``. What an owner needs
+        beyond ``H + slack`` is the round's rent, charged to its partitions in proportion to
+        their time (``slack`` keeps the noise of a round's few, short scans from renting
+        copies for owners that are not slower). A partition whose owner scanned nothing in
+        the round (queued behind other work, or silent) pays infinite rent: a copy is its
+        only way forward.
+        """
+        need = {p: rows / self.rate(owner[p], p) for p, rows in left.items() if rows > 0}
+        alone: dict[str, float] = {}
+        for p, t in need.items():
+            alone[owner[p]] = alone.get(owner[p], 0.0) + t
+        capacity = sum(self.worker_speed(w) for w in set(workers) | set(alone))
+        work = sum(rows * self.cost(p) for p, rows in left.items() if rows > 0)
+        horizon = work / capacity if capacity > 0 else 0.0
+        for p, t in need.items():
+            w = owner[p]
+            self.rent[p] += max(alone[w] - horizon - slack, 0.0) * t / alone[w]
+        return {p: (self.rent[p] if owner[p] in self.active else math.inf) for p in left}
 
 
 def _median(values: list[float]) -> float:
