@@ -99,6 +99,22 @@ def plan(leftovers: Sequence[Leftover], speed: Mapping[str, float],
     return pieces
 
 
+def batches(pieces: Sequence[Piece], threads: Mapping[str, int]) -> list[tuple[str, list[Piece]]]:
+    """``pieces`` grouped into at most ``threads[w]`` batches per worker ``w``, one task
+    each (a round of many partitions then adds a task per worker thread, not per piece):
+    largest piece first onto the worker's least loaded batch. Returns ``(worker, pieces)``
+    pairs, each batch's pieces in partition order."""
+    batch: dict[tuple[str, int], list[Piece]] = {}
+    rows: dict[tuple[str, int], int] = {}
+    for pc in sorted(pieces, key=lambda pc: -pc.rows):
+        n = max(int(threads.get(pc.worker, 1)), 1)
+        slot = min(((pc.worker, t) for t in range(n)), key=lambda s: rows.get(s, 0))
+        batch.setdefault(slot, []).append(pc)
+        rows[slot] = rows.get(slot, 0) + pc.rows
+    return [(w, sorted(b, key=lambda pc: (pc.partition, pc.start)))
+            for (w, _), b in sorted(batch.items())]
+
+
 def _emit(pieces: list[Piece], lo: Leftover, pos: int, rows: int, worker: str) -> int:
     """Append ``rows`` rows of ``lo`` from ``pos`` as pieces on ``worker`` (two if they cross
     the partition's last row); return the row after them."""

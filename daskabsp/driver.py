@@ -61,7 +61,7 @@ from .programs.base import PartitionStats, Program
 from .protocol import FORGET_HANDLER, SETTLED_HANDLER, SILENT_HANDLER, RoundId
 from .rates import Rates
 from .reporting import FitReporter, open_reporter
-from .runtime import PartialResult, run_partition
+from .runtime import PartialResult, run_partition, run_pieces
 from .validation import check_data, check_int, check_quota, check_real
 
 logger = logging.getLogger(__name__)
@@ -263,8 +263,9 @@ class _Fit:
             # The scheduler deserialises task graphs: ship daskabsp's functions and the program
             # as scattered data, called through dask.utils.apply, so it never imports daskabsp.
             self._remote = dict(zip(
-                ("run", "check", "program"),
-                await client.scatter([run_partition, check_finite_block, self.program],
+                ("run", "pieces", "check", "program"),
+                await client.scatter([run_partition, run_pieces, check_finite_block,
+                                      self.program],
                                      broadcast=True, hash=False), strict=True))
         nthreads = await client.scheduler.ncores()
         chunks = row_chunks(X, self.n_partitions, sum(nthreads.values()) or 1,
@@ -668,26 +669,31 @@ class _Fit:
         if not pieces:
             return results, helped, by_worker
         prefix = hid.key_prefix(program.name)
+        batches = coverage.batches(pieces, live)
         futs = []
         with distributed.span("daskabsp", f"{program.name}-{self.fit_id}"), \
                 dask.annotate(daskabsp=hid.annotation(0)):
-            for i, pc in enumerate(pieces):
-                X, y, sw = parts.holders(pc.partition, book.owner[pc.partition])[pc.worker]
+            for i, (w, batch) in enumerate(batches):
+                args = [(*parts.holders(pc.partition, book.owner[pc.partition])[w], pc.start,
+                         pc.rows, max(1, int(rates.rate(w, pc.partition) * self.chunk_target)))
+                        for pc in batch]
                 futs.append(self._submit_call(
-                    "run", run_partition, self._program_arg(), params, X, y, sw,
-                    round_id=str(hid), cursor=pc.start, quota=pc.rows,
-                    chunk_rows=max(1, int(rates.rate(pc.worker, pc.partition)
-                                          * self.chunk_target)),
-                    chunk_target=self.chunk_target, key=(prefix, i), workers=[pc.worker],
-                    allow_other_workers=True))
-        got, late = await self._collect(futs, hid, [pc.start for pc in pieces],
+                    "pieces", run_pieces, self._program_arg(), params, args,
+                    round_id=str(hid), chunk_target=self.chunk_target, key=(prefix, i),
+                    workers=[w], allow_other_workers=True))
+        got, late = await self._collect(futs, hid, [0] * len(futs),
                                         settle=self.signal == "scheduler")
         self.silent_helpers.update(late.values())
+        # A batch given up on (its worker went silent) or never run lost all its pieces.
+        scanned = [res for (w, batch), res in zip(batches, got, strict=True)
+                for res in (res if isinstance(res, list) else
+                            [idle_result(pc.start, w) for pc in batch])]
+        pieces = [pc for _, batch in batches for pc in batch]
         rates.observe_pieces(results, ((pc.partition, res) for pc, res in zip(
-            pieces, got, strict=True)))
+            pieces, scanned, strict=True)))
         del futs
         by_part: dict[int, list] = {}
-        for pc, res in zip(pieces, got, strict=True):
+        for pc, res in zip(pieces, scanned, strict=True):
             # A piece given up on (its worker went silent) counts nothing.
             by_part.setdefault(pc.partition, []).append(
                 (pc, res.stats if res.rows == pc.rows else None))

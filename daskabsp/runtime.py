@@ -234,3 +234,14 @@ def run_partition(
         chunk_rows=chunk_rows or 0,
         stats_before_wrap=head,
     )
+
+
+def run_pieces(program, params, pieces, *, round_id: str,
+               chunk_target: float | None = None) -> list[PartialResult]:
+    """Scan several pieces in one task, one after the other (a helper phase's pieces for one
+    worker thread, so a round of many partitions adds one task per thread, not one per
+    piece): :func:`run_partition` on each ``(X, y, sample_weight, cursor, quota, chunk_rows)``
+    of ``pieces``."""
+    return [run_partition(program, params, X, y, sw, round_id=round_id, cursor=cursor,
+                          quota=quota, chunk_rows=chunk_rows, chunk_target=chunk_target)
+            for X, y, sw, cursor, quota, chunk_rows in pieces]

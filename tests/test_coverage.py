@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daskabsp.coverage import Leftover, Piece, merge, plan
+from daskabsp.coverage import Leftover, Piece, batches, merge, plan
 
 WORKERS = ("a", "b", "c", "d")
 
@@ -165,3 +165,21 @@ def test_rounds_of_harvests_pieces_and_give_ups_count_each_row_once_per_cycle(si
         total += got.rows
         cursor = (cursor + got.rows) % size
     np.testing.assert_array_equal(seen, rows_of(0, total % size, size) + total // size)
+
+
+@settings(max_examples=300, deadline=None)
+@given(leftovers(), speeds, threads, st.integers(1, 64))
+def test_batches_hold_each_piece_once_on_its_worker_within_its_threads(los, speed, nthreads,
+                                                                       min_rows):
+    pieces = plan(los, speed, nthreads, min_rows=min_rows)
+    out = batches(pieces, nthreads)
+    flat = [pc for _, b in out for pc in b]
+    assert sorted(flat, key=repr) == sorted(pieces, key=repr)  # each piece exactly once
+    assert all(b and all(pc.worker == w for pc in b) for w, b in out)
+    for w in {pc.worker for pc in pieces}:
+        n = sum(1 for v, _ in out if v == w)
+        assert 1 <= n <= max(nthreads.get(w, 1), 1)
+        # largest first onto the least loaded: no batch exceeds another by more than a piece
+        loads = [sum(pc.rows for pc in b) for v, b in out if v == w]
+        biggest = max(pc.rows for pc in pieces if pc.worker == w)
+        assert max(loads) - min(loads) <= biggest
