@@ -101,6 +101,8 @@ def _merge_moments(parts) -> float:
         mean = mean + delta * (Wb / total)
         m2 = m2 + m2b + delta**2 * (W * Wb / total)
         W = total
+    if W == 0:  # lazy weights are not checked up front
+        raise ValueError("Sample weights must contain at least one non-zero number.")
     return float(np.mean(m2 / W))
 
 

@@ -49,7 +49,7 @@ _RANDOM = 1 << 40
 
 
 def _dense(rows) -> np.ndarray:
-    return rows.toarray() if sp.issparse(rows) else np.asarray(rows, dtype=np.float64)
+    return np.asarray(rows.toarray() if sp.issparse(rows) else rows, dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -173,6 +173,8 @@ def _by_hash(c: Candidates) -> Candidates:
 def _cycled(centers: np.ndarray, k: int) -> np.ndarray:
     """``k`` centers from fewer distinct ones, repeated in turn (the data has fewer than
     ``k`` distinct rows of positive weight)."""
+    if centers.shape[0] == 0:  # lazy weights are not checked up front
+        raise ValueError("Sample weights must contain at least one non-zero number.")
     return centers[np.arange(k) % centers.shape[0]]
 
 

@@ -100,6 +100,20 @@ def test_weights_matter(client, weighted_rows):
     assert not np.allclose(a.cluster_centers_, b.cluster_centers_)
 
 
+def test_fewer_distinct_rows_than_clusters(client):
+    """Two distinct rows of positive weight (one of them written twice, a third row weighing
+    nothing) and three clusters: the centers are those rows, repeated; lazy weights that are
+    all zero are refused as in-memory ones are."""
+    X = np.array([[0.0, 1.0], [5.0, 5.0], [0.0, 1.0], [9.0, 9.0]])
+    w = np.array([1.0, 2.0, 1.0, 0.0])
+    km = KMeans(3, random_state=0, sync="bsp").fit(X, sample_weight=w)
+    assert {tuple(c) for c in km.cluster_centers_} == {(0.0, 1.0), (5.0, 5.0)}
+    assert km.inertia_ == 0.0
+    with pytest.raises(ValueError, match="at least one non-zero"):
+        KMeans(2, random_state=0).fit(da.from_array(X, chunks=2),
+                                      sample_weight=da.zeros(4, chunks=2))
+
+
 # -- the bookkeeping, in-process --------------------------------------------------------------
 
 def _initial_candidates(parts, seed: int, m: int, rounds: int, fan_in: int) -> Candidates:
