@@ -19,7 +19,7 @@ from daskabsp.programs import LloydKMeans, squared_distances
 from ._callbacks import fit_with_callbacks
 from ._engine import EngineMixin
 from ._inputs import FitInput, map_rows, validate_fit, validate_predict
-from ._kmeans_init import kmeans_parallel
+from ._kmeans_init import BlockDraws, kmeans_parallel, random_rows
 from ._validation import (
     ARRAY_LIKE,
     ENGINE_CONSTRAINTS,
@@ -69,13 +69,65 @@ def _inertia_total(Xd, wd, centers) -> float:
                                        for b, w in zip(blocks, weights, strict=True)])))
 
 
-def _mean_variance(X) -> float:
-    """Mean of the features' variances (scikit-learn's scale for ``tol``)."""
+def _moments(X, w) -> np.ndarray:
+    """Total weight, weighted means and weighted sums of squared deviations of the columns
+    of ``X`` (one row of ``[W, mean..., m2...]``), for :func:`_merge_moments`."""
+    w = np.ones(X.shape[0]) if w is None else np.asarray(w, dtype=np.float64)
+    W = float(w.sum())
+    d = X.shape[1]
+    if W <= 0:
+        return np.zeros(1 + 2 * d)
     if sp.issparse(X):
-        mean = np.asarray(X.mean(axis=0)).ravel()
-        sq = np.asarray(X.multiply(X).mean(axis=0)).ravel()
-        return float(np.mean(sq - mean**2))
-    return float(np.mean(np.var(X, axis=0)))
+        mean = np.asarray(X.T @ w).ravel() / W
+        m2 = np.asarray(X.multiply(X).T @ w).ravel() - W * mean**2
+    else:
+        mean = w @ X / W
+        m2 = w @ (X - mean) ** 2
+    return np.concatenate(([W], mean, np.maximum(m2, 0.0)))
+
+
+def _merge_moments(parts) -> float:
+    """Mean of the weighted variances of the features from per-block :func:`_moments`
+    (Chan et al.'s pairwise update)."""
+    W, mean, m2 = 0.0, 0.0, 0.0
+    for p in parts:
+        Wb = p[0]
+        if Wb <= 0:
+            continue
+        d = (len(p) - 1) // 2
+        mb, m2b = p[1:1 + d], p[1 + d:]
+        delta = mb - mean
+        total = W + Wb
+        mean = mean + delta * (Wb / total)
+        m2 = m2 + m2b + delta**2 * (W * Wb / total)
+        W = total
+    if W == 0:  # lazy weights are not checked up front
+        raise ValueError("Sample weights must contain at least one non-zero number.")
+    return float(np.mean(m2 / W))
+
+
+def _mean_variance(X, w=None) -> float:
+    """Mean of the features' (weighted) variances: scikit-learn's scale for ``tol``, with
+    the weights counted as repetitions of the rows (a fit with weights stops where the fit
+    on the repeated rows stops)."""
+    if w is None and not sp.issparse(X):
+        return float(np.mean(np.var(X, axis=0)))
+    return _merge_moments([_moments(X, w)])
+
+
+def _lazy_mean_variance(Xd, wd) -> float:
+    """:func:`_mean_variance` of dask rows, block by block in one pass."""
+    blocks = list(Xd.to_delayed().ravel())
+    weights = list(wd.to_delayed().ravel()) if wd is not None else [None] * len(blocks)
+    f = dask.delayed(_moments, pure=True)
+    return _merge_moments(dask.compute(*[f(b, w) for b, w in
+                                         zip(blocks, weights, strict=True)]))
+
+
+def _seeds(rng: np.random.RandomState) -> tuple[int, int]:
+    """The seed of the content-decided draws (64 bits) and of the local k-means++."""
+    hi, lo, local = (int(v) for v in rng.randint(0, 2**32, size=3, dtype=np.int64))
+    return (hi << 32) | lo, local
 
 
 class KMeans(TransformerMixin, ClusterMixin, EngineMixin, BaseEstimator):
@@ -92,14 +144,21 @@ class KMeans(TransformerMixin, ClusterMixin, EngineMixin, BaseEstimator):
     Dask, waiting for every partition), then k-means++ on the weighted candidates locally;
     ``n_init`` is the number of those local restarts (the Lloyd iterations run once).
 
+    ``sample_weight`` counts as repetition: a row of weight 2 gives the fit of the same row
+    twice (up to rounding, under ``sync="bsp"``). The initialisation draws distinct rows, and
+    a row's random number is a function of its values and ``random_state``, not of its
+    position; equal rows are one candidate whose weight is their total weight, also when they
+    are in different partitions (a one-off pass hashes the rows and totals the weights of
+    equal rows).
+
     Parameters
     ----------
     n_clusters : int, default=8
         Number of clusters.
     init : {"k-means++", "random"} or array-like of shape (n_clusters, n_features), \
 default="k-means++"
-        Initial centers: k-means|| (scalable k-means++), distinct rows drawn at random, or
-        the given centers.
+        Initial centers: k-means|| (scalable k-means++), distinct rows drawn at random
+        with probabilities proportional to their weights, or the given centers.
     n_init : "auto" or int, default="auto"
         Local k-means++ restarts over the k-means|| candidates ("auto": 10); with
         ``init="random"``, draws of which the one with the lowest inertia over the data is
@@ -108,10 +167,11 @@ default="k-means++"
         Maximum number of Lloyd rounds.
     tol : float, default=1e-4
         Converged when the squared Frobenius norm of the change of the centers, divided by
-        the mean variance of the features, is at most ``tol`` (scikit-learn's rule), on
-        statistics covering every row once.
+        the mean (weighted) variance of the features, is at most ``tol`` (scikit-learn's
+        rule), on statistics covering every row once.
     random_state : int, RandomState instance or None, default=None
-        Seeds the initialisation.
+        Seeds the initialisation (with the rows' values: the same rows and seed give the
+        same initial centers whatever the rows' order and partitioning).
     oversampling_factor : float, default=2.0
         k-means|| candidates drawn per round and per cluster.
     init_max_iter : int, default=None
@@ -205,19 +265,24 @@ default="k-means++"
         return C
 
     def _initial_centers(self, X, w, rng) -> np.ndarray:
-        k, n = self.n_clusters, X.shape[0]
+        """k-means|| or random rows; every draw depends on the rows' values and weights, not
+        on their order or on how a weight is spelled (a row of weight 2 or the row twice)."""
+        k, d = self.n_clusters, X.shape[1]
+        seed, local_seed = _seeds(rng)
+        draws = BlockDraws(X, w, seed)
         if self.init == "k-means++":
             rounds = self.init_max_iter or DEFAULT_INIT_ROUNDS
             n_local = AUTO_N_INIT if self.n_init == "auto" else self.n_init
-            return kmeans_parallel(X, w, k, oversampling_factor=self.oversampling_factor,
-                                   rounds=rounds, n_local_init=n_local, rng=rng)
-        # "random": distinct rows; with several draws, the one of lowest inertia
-        draws = 1 if self.n_init == "auto" else self.n_init
+            return kmeans_parallel(draws, d, k, oversampling_factor=self.oversampling_factor,
+                                   rounds=rounds, n_local_init=n_local,
+                                   local_seed=local_seed)
+        # "random": distinct rows drawn by weight; with several draws, the one of lowest
+        # inertia
+        n_draws = 1 if self.n_init == "auto" else self.n_init
         best, best_cost = None, np.inf
-        for _ in range(draws):
-            rows = X[np.sort(rng.choice(n, size=k, replace=False))].compute()
-            C = rows.toarray() if sp.issparse(rows) else np.asarray(rows, dtype=float)
-            cost = _inertia_total(X, w, C) if draws > 1 else 0.0
+        for i in range(n_draws):
+            C = random_rows(draws, d, k, i)
+            cost = _inertia_total(X, w, C) if n_draws > 1 else 0.0
             if cost < best_cost:
                 best, best_cost = C, cost
         return best
@@ -252,8 +317,8 @@ default="k-means++"
         # also when that is the engine's embedded cluster rather than the default client.
         with client.as_current():
             Xd, wd = self._placed(data, client)
-            scale = (_mean_variance(data.X) if not data.lazy
-                     else float(da.var(Xd, axis=0).mean().compute()))
+            scale = (_mean_variance(data.X, data.sample_weight) if not data.lazy
+                     else _lazy_mean_variance(Xd, wd))
             C0 = given if given is not None else self._initial_centers(Xd, wd, rng)
             program = LloydKMeans(initial_centers=C0, tol=self.tol * scale)
             placed = FitInput(Xd, None, wd, True)

@@ -1,15 +1,23 @@
-"""Scalable k-means++ ("k-means||", Bahmani et al., VLDB 2012) over the partitions of a dask array.
+"""Initial k-means centers over the partitions of a dask array: k-means|| and random rows.
 
-Each of a few rounds adds about ``oversampling_factor * n_clusters`` candidate centers drawn
-with probability proportional to their (weighted) squared distance to the candidates so far,
-in one pass over the partitions: every partition keeps its top rows by the exponential-race
-key ``log(u) / weight`` (Efraimidis and Spirakis), so the union of the partitions' top rows
-contains the global top, and no total cost has to be computed first. A last pass weighs every
-candidate by the rows nearest to it, and the weighted candidates are clustered into
-``n_clusters`` centers locally with scikit-learn's k-means++.
+k-means|| ("scalable k-means++", Bahmani et al., VLDB 2012): each of a few rounds adds about
+``oversampling_factor * n_clusters`` candidate centers drawn with probability proportional to
+their weight times their squared distance to the candidates so far, in one pass over the
+partitions; a last pass weighs every candidate by the rows nearest to it, and the weighted
+candidates are clustered into ``n_clusters`` centers locally with scikit-learn's k-means++.
+
+The draws are over *distinct rows* and decided by their content (see ``_row_draws``): a row of
+weight 2 and the same row twice are one value of weight 2, draw the same random numbers and
+give the same candidates, so a fit with ``sample_weight`` is the fit on the repeated rows.
+Each round is an exponential race: every partition offers the values of its rows with the
+smallest ``-log(u) / (weight * distance**2)`` and the driver keeps the overall smallest, so no
+total cost has to be computed first. Values whose rows span several partitions get their total
+weight from a one-off tree reduction of the partitions' (hash, weight) tables on the workers.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import dask
 import distributed
@@ -19,48 +27,87 @@ from sklearn.cluster import KMeans as _LocalKMeans
 
 from daskabsp.programs import squared_distances
 
+from ._row_draws import (
+    DistinctRows,
+    WeightTable,
+    distinct_rows,
+    merge_tables,
+    pick,
+    race_times,
+    row_hashes,
+    shared_values,
+    smallest,
+    with_shared,
+)
+
+#: Partitions' weight tables merged per task of the tree reduction.
+_FAN_IN = 8
+#: Streams of random numbers: k-means|| round r uses ``_PARALLEL + r``, the i-th draw of
+#: ``init="random"`` uses ``_RANDOM + i``.
+_PARALLEL = 0
+_RANDOM = 1 << 40
+
 
 def _dense(rows) -> np.ndarray:
-    return rows.toarray() if sp.issparse(rows) else np.asarray(rows)
+    return np.asarray(rows.toarray() if sp.issparse(rows) else rows, dtype=np.float64)
 
 
-def _top_rows(X, w, C, seed, ell):
-    d2 = squared_distances(X, C).min(axis=1)
-    weight = d2 if w is None else d2 * w
-    u = np.random.default_rng(seed).random(X.shape[0])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        key = np.where(weight > 0, np.log(u) / np.where(weight > 0, weight, 1.0), -np.inf)
-    k = min(ell, X.shape[0])
-    idx = np.argpartition(-key, k - 1)[:k]
-    idx = idx[np.isfinite(key[idx])]
-    return _dense(X[idx]), key[idx]
+@dataclass(frozen=True)
+class Candidates:
+    """Centers drawn so far, and the hashes of their values (sorted), shared by every block
+    task of a pass."""
+
+    centers: np.ndarray
+    hashes: np.ndarray
+
+    @property
+    def sorted_hashes(self) -> np.ndarray:
+        return np.sort(self.hashes)
 
 
-def _nearest_weights(X, w, C):
-    labels = squared_distances(X, C).argmin(axis=1)
-    return np.bincount(labels, weights=w, minlength=C.shape[0])
+def reduce_tree(items: list, merge, fan_in: int = _FAN_IN):
+    """``merge`` applied over ``items`` in a tree, ``fan_in`` at a time."""
+    while len(items) > 1:
+        items = [merge(*items[i:i + fan_in]) for i in range(0, len(items), fan_in)]
+    return items[0]
 
 
-def _shared(C: np.ndarray):
-    """``C`` scattered once, for a pass whose every block task takes it: passed as an array,
-    each task of the graph would carry its own copy (megabytes for hundreds of clusters)."""
-    return distributed.get_client().scatter(C, hash=False)
+def _analyse(X, w) -> DistinctRows:
+    return distinct_rows(row_hashes(X), w)
 
 
-def _first_row(wd, n: int, rng: np.random.RandomState) -> int:
-    """A row drawn with probability proportional to its weight (uniformly without
-    weights), as k-means++ draws its first center."""
-    if wd is None:
-        return int(rng.randint(n))
-    sums = np.asarray(dask.compute(*[b.sum() for b in wd.to_delayed().ravel()]), dtype=float)
-    block = int(rng.choice(len(sums), p=sums / sums.sum()))
-    w = np.asarray(wd.blocks[block].compute(), dtype=float)
-    return int(sum(wd.chunks[0][:block]) + rng.choice(len(w), p=w / w.sum()))
+def _top_rows(X, rows: DistinctRows, cand: Candidates, seed: int, stream: int, m: int):
+    """A block's offer: its ``m`` values that arrive first in the race, as (dense rows,
+    times, hashes). With no candidates yet, the mass of a value is its weight."""
+    if cand.centers.shape[0] == 0:
+        mass = rows.weights
+    else:
+        mass = squared_distances(X, cand.centers).min(axis=1)[rows.rows]
+        mass *= rows.weights
+    t = race_times(rows.hashes, mass, seed, stream, cand.sorted_hashes)
+    top = smallest(t, rows.hashes, m)
+    return _dense(X[rows.rows[top]]), t[top], rows.hashes[top]
 
 
-def kmeans_parallel(Xd, wd, n_clusters: int, *, oversampling_factor: float, rounds: int,
-                    n_local_init: int, rng: np.random.RandomState) -> np.ndarray:
-    """Initial centers by k-means|| over the row blocks of the (persisted) dask array ``Xd``.
+def merge_offers(offers, m: int) -> Candidates:
+    """The ``m`` winners of a race among the blocks' :func:`_top_rows` offers (a value
+    offered by several blocks counts once)."""
+    rows = np.vstack([o[0] for o in offers])
+    hashes = np.concatenate([o[2] for o in offers])
+    won = pick(np.concatenate([o[1] for o in offers]), hashes, m)
+    return Candidates(rows[won], hashes[won])
+
+
+def _nearest_weights(X, w, cand: Candidates):
+    labels = squared_distances(X, cand.centers).argmin(axis=1)
+    return np.bincount(labels, weights=w, minlength=cand.centers.shape[0])
+
+
+class BlockDraws:
+    """Content-decided draws of rows over the row blocks of the persisted dask array ``Xd``.
+
+    Creating one runs the one-off pass that hashes the rows and totals the weights of equal
+    rows (kept on the workers as long as this object lives).
 
     Parameters
     ----------
@@ -68,47 +115,125 @@ def kmeans_parallel(Xd, wd, n_clusters: int, *, oversampling_factor: float, roun
         Rows, one chunk per partition (dense or CSR blocks), feature axis in one chunk.
     wd : dask array of shape (n_samples,) or None
         Row weights.
+    seed : int
+        Seed of every draw, below ``2**64``.
+    """
+
+    def __init__(self, Xd, wd, seed: int) -> None:
+        self.client = distributed.get_client()
+        self.blocks = list(Xd.to_delayed().ravel())
+        self.weights = (list(wd.to_delayed().ravel()) if wd is not None
+                        else [None] * len(self.blocks))
+        self.seed = int(seed)
+        analyse = dask.delayed(_analyse, pure=True)
+        rows = [analyse(b, w) for b, w in zip(self.blocks, self.weights, strict=True)]
+        if len(rows) > 1:
+            tables = [dask.delayed(WeightTable.of, pure=True)(r) for r in rows]
+            total = reduce_tree(tables, dask.delayed(merge_tables, pure=True))
+            shared = dask.delayed(shared_values, pure=True)(total)
+            rows = [dask.delayed(with_shared, pure=True)(r, shared) for r in rows]
+        self.rows = self.client.persist(rows)
+
+    def _share(self, cand: Candidates):
+        """``cand`` scattered once for a pass whose every block task takes it: passed as an
+        argument, each task of the graph would carry its own copy (megabytes for hundreds of
+        clusters)."""
+        return self.client.scatter(cand, hash=False)
+
+    def draw(self, cand: Candidates, stream: int, m: int) -> Candidates:
+        """``m`` values not in ``cand`` (fewer if fewer are left), drawn with probabilities
+        proportional to weight times squared distance to ``cand`` (to weight alone when
+        ``cand`` is empty); returned in increasing order of arrival."""
+        top = dask.delayed(_top_rows, pure=False)
+        shared = self._share(cand)
+        offers = dask.compute(*[top(b, r, shared, self.seed, stream, m)
+                                for b, r in zip(self.blocks, self.rows, strict=True)])
+        return merge_offers(offers, m)
+
+    def nearest_weights(self, cand: Candidates) -> np.ndarray:
+        """Total weight of the rows nearest to each candidate."""
+        nearest = dask.delayed(_nearest_weights, pure=False)
+        shared = self._share(cand)
+        return np.sum(dask.compute(*[nearest(b, w, shared) for b, w in
+                                     zip(self.blocks, self.weights, strict=True)]), axis=0)
+
+
+def _join(a: Candidates, b: Candidates) -> Candidates:
+    if a.centers.shape[0] == 0:
+        return b
+    return Candidates(np.vstack([a.centers, b.centers]), np.concatenate([a.hashes, b.hashes]))
+
+
+def _by_hash(c: Candidates) -> Candidates:
+    """``c`` in the order of its hashes: an order that depends on the values alone."""
+    order = np.argsort(c.hashes, kind="stable")
+    return Candidates(c.centers[order], c.hashes[order])
+
+
+def _cycled(centers: np.ndarray, k: int) -> np.ndarray:
+    """``k`` centers from fewer distinct ones, repeated in turn (the data has fewer than
+    ``k`` distinct rows of positive weight)."""
+    if centers.shape[0] == 0:  # lazy weights are not checked up front
+        raise ValueError("Sample weights must contain at least one non-zero number.")
+    return centers[np.arange(k) % centers.shape[0]]
+
+
+def _empty(n_features: int) -> Candidates:
+    return Candidates(np.zeros((0, n_features)), np.zeros(0, dtype=np.uint64))
+
+
+def kmeans_parallel(draws: BlockDraws, n_features: int, n_clusters: int, *,
+                    oversampling_factor: float, rounds: int, n_local_init: int,
+                    local_seed: int) -> np.ndarray:
+    """Initial centers by k-means|| over the row blocks of ``draws``.
+
+    Parameters
+    ----------
+    draws : BlockDraws
+        The rows.
+    n_features : int
     n_clusters : int
     oversampling_factor : float
         Candidates drawn per round, per cluster.
     rounds : int
-        Sampling rounds.
+        Sampling rounds after the first center; more are run while there are fewer
+        candidates than clusters and rows left to draw.
     n_local_init : int
         k-means++ restarts of the local clustering of the candidates (the best is kept).
-    rng : RandomState
+    local_seed : int
+        Seed of the local clustering.
 
     Returns
     -------
     ndarray of shape (n_clusters, n_features)
     """
-    blocks = list(Xd.to_delayed().ravel())
-    weights = list(wd.to_delayed().ravel()) if wd is not None else [None] * len(blocks)
-    n = Xd.shape[0]
-    first = _first_row(wd, n, rng)
-    C = _dense(Xd[first:first + 1].compute())
-    ell = max(1, int(np.ceil(oversampling_factor * n_clusters)))
-    top = dask.delayed(_top_rows, pure=False)
-    for _ in range(rounds):
-        seeds = rng.randint(2**31 - 1, size=len(blocks))
-        Cs = _shared(C)
-        found = dask.compute(*[top(b, w, Cs, int(s), ell)
-                               for b, w, s in zip(blocks, weights, seeds, strict=True)])
-        rows = np.vstack([f[0] for f in found])
-        keys = np.concatenate([f[1] for f in found])
-        if rows.shape[0] == 0:
-            break  # every row is a candidate already
-        keep = np.argsort(-keys)[:ell]
-        C = np.vstack([C, rows[keep]])
-    nearest = dask.delayed(_nearest_weights, pure=False)
-    Cs = _shared(C)
-    counts = np.sum(dask.compute(*[nearest(b, w, Cs)
-                                   for b, w in zip(blocks, weights, strict=True)]), axis=0)
-    if C.shape[0] <= n_clusters:
-        extra = rng.choice(n, size=n_clusters - C.shape[0], replace=False) if \
-            C.shape[0] < n_clusters else np.zeros(0, dtype=int)
-        if extra.size:
-            C = np.vstack([C, _dense(Xd[np.sort(extra)].compute())])
-        return C[:n_clusters]
-    local = _LocalKMeans(n_clusters=n_clusters, init="k-means++", n_init=n_local_init,
-                         random_state=rng).fit(C, sample_weight=counts + 1e-12)
+    k = n_clusters
+    cand = draws.draw(_empty(n_features), _PARALLEL, 1)
+    ell = max(1, int(np.ceil(oversampling_factor * k)))
+    r = 0
+    while r < rounds or cand.centers.shape[0] < k:
+        r += 1
+        new = draws.draw(cand, _PARALLEL + r, ell)
+        if new.centers.shape[0] == 0:
+            break  # every distinct row of positive weight is a candidate already
+        cand = _join(cand, new)
+    cand = _by_hash(cand)
+    if cand.centers.shape[0] <= k:
+        return _cycled(cand.centers, k)
+    counts = draws.nearest_weights(cand)
+    local = _LocalKMeans(n_clusters=k, init="k-means++", n_init=n_local_init,
+                         random_state=local_seed).fit(cand.centers, sample_weight=counts)
     return local.cluster_centers_
+
+
+def random_rows(draws: BlockDraws, n_features: int, n_clusters: int, draw: int) -> np.ndarray:
+    """``n_clusters`` distinct rows drawn with probabilities proportional to their weights,
+    without replacement (the ``draw``-th independent draw); repeated in turn if the data has
+    fewer distinct rows of positive weight.
+
+    Returns
+    -------
+    ndarray of shape (n_clusters, n_features)
+    """
+    cand = draws.draw(_empty(n_features), _RANDOM + draw, n_clusters)
+    return _cycled(cand.centers, n_clusters)
