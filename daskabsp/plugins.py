@@ -176,6 +176,7 @@ class AbspSchedulerPlugin(SchedulerPlugin):
     def __init__(self) -> None:
         self.scheduler = None
         self._pending: set[asyncio.Future] = set()
+        self._unequipped: set[str] = set()  # workers the worker plugin has not reached yet
         self.rounds: dict[str, _Round] = {}
         self.key_round: dict[Any, _Round] = {}
         self._announced: dict[str, asyncio.Event] = {}  # rounds waited for before they exist
@@ -188,8 +189,17 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         (as distributed's own shuffle extension does)."""
         self.scheduler = scheduler
         if PLUGIN_NAME not in scheduler.worker_plugins:
-            await scheduler.register_worker_plugin(
-                None, dumps(AbspWorkerPlugin()), name=PLUGIN_NAME, idempotent=True)
+            # Workers that join from now on get it when they register; those here now get it
+            # one by one, in the background: a frozen worker would otherwise hold the first
+            # fit until it resumed. Until one has answered it gets no stream op (a stream op
+            # unknown to a worker drops its connection); its stops go by RPC.
+            plugin = dumps(AbspWorkerPlugin())
+            scheduler.worker_plugins[PLUGIN_NAME] = plugin
+            self._unequipped = set(scheduler.workers)
+            for addr in list(self._unequipped):
+                task = asyncio.ensure_future(self._equip(addr, plugin))
+                self._pending.add(task)
+                task.add_done_callback(self._pending.discard)
         scheduler.handlers[ROUND_INFO_HANDLER] = self.round_info
         scheduler.handlers[FORGET_HANDLER] = self.forget_fit
         scheduler.handlers[SETTLED_HANDLER] = self.settled
@@ -197,6 +207,14 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         scheduler.handlers[REPORT_HANDLER] = self.fit_report
         scheduler.handlers[PAGE_STATUS_HANDLER] = self.page_status
         scheduler.stream_handlers[IDLE_OP] = self._idle
+
+    async def _equip(self, addr: str, plugin: bytes) -> None:
+        try:
+            await self.scheduler.broadcast(msg={"op": "plugin-add", "plugin": plugin,
+                                                "name": PLUGIN_NAME}, workers=[addr],
+                                           on_error="ignore")
+        finally:
+            self._unequipped.discard(addr)
 
     # -- bookkeeping ---------------------------------------------------------------------------
 
@@ -287,12 +305,11 @@ class AbspSchedulerPlugin(SchedulerPlugin):
     def _send_stop(self, r: _Round, on: dict[str, list]) -> None:
         """Send the stop of ``r`` to the workers in ``on``, naming the round's keys there."""
         s = self.scheduler
-        if PLUGIN_NAME in s.worker_plugins:
-            for addr, keys in on.items():
+        for addr, keys in on.items():
+            if addr not in self._unequipped:
                 s.worker_send(addr, {"op": STOP_OP, "rounds": [r.rid], "keys": keys})
-        else:
-            # A stream op unknown to the worker would drop its connection; RPC only logs.
-            for addr in on:
+            else:
+                # A stream op unknown to the worker would drop its connection; RPC only logs.
                 task = asyncio.ensure_future(self._rpc_stop(addr, [r.rid]))
                 self._pending.add(task)
                 task.add_done_callback(self._pending.discard)
@@ -390,8 +407,8 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         for r in self.rounds.values():
             if r.fit == fit:
                 r.logged = False  # its keys are released after this: keep it out of the log
-        if PLUGIN_NAME in self.scheduler.worker_plugins:
-            for addr in self.scheduler.workers:
+        for addr in self.scheduler.workers:
+            if addr not in self._unequipped:
                 self.scheduler.worker_send(addr, {"op": FORGET_OP, "fit": fit})
 
     def round_info(self, fit: str) -> dict[str, dict]:

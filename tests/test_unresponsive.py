@@ -81,16 +81,16 @@ def test_frozen_worker_does_not_hold_up_the_fit():
 
 @pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs POSIX signals")
 def test_placement_goes_around_a_frozen_worker():
-    """A worker frozen before the fit: the rows scattered to it go to another worker once it
-    has been silent for ``unresponsive-after``, and the fit ends with it still stopped,
-    having given it no rows to scan."""
+    """A worker frozen before the cluster's first fit: the plugins are installed around it
+    (the worker plugin reaches it when it resumes), the rows scattered to it go to another
+    worker once it has been silent for ``unresponsive-after``, and the fit ends with it still
+    stopped, having given it no rows to scan."""
     X, y = make_classification(30_000, 10, n_informative=5, random_state=0)
     y = y.astype(float)
     program = LinearNewton(l2=1.0 / len(y), tol=1e-6)
     with dask.config.set({"daskabsp.unresponsive-after": "1s"}), \
             LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
                          dashboard_address=":0") as cluster, Client(cluster) as client:
-        ref = daskabsp.fit(program, X, y, sync="bsp", max_iter=50, tol=None, n_partitions=3)
         pids = client.run(os.getpid)
         frozen = sorted(pids)[0]
         os.kill(pids[frozen], signal.SIGSTOP)
@@ -100,6 +100,7 @@ def test_placement_goes_around_a_frozen_worker():
                                n_partitions=3)
         finally:
             os.kill(pids[frozen], signal.SIGCONT)
+        ref = daskabsp.fit(program, X, y, sync="bsp", max_iter=50, tol=None, n_partitions=3)
         assert res.converged
         h = res.history
         assert not (h.worker.values[1:] == frozen).any()
