@@ -556,6 +556,7 @@ class _Fit:
         if members is not None and unresponsive:
             unresponsive &= await self._silent(unresponsive)  # who answers rejoins
         owned_by_silent = list(parts.X)
+        newly = (self.silent_helpers | set(late.values())) - unresponsive
         if self.silent_helpers:
             unresponsive |= self.silent_helpers
             self.silent_helpers = set()
@@ -565,11 +566,18 @@ class _Fit:
                 "daskabsp: round %d gave up on partitions %s: no heartbeat from %s for "
                 "%s; their rows move to other workers", r, sorted(late),
                 sorted(set(late.values())), config.get("unresponsive-after"))
+        stranded = set(late)
+        if newly:
+            # Not only the partitions whose tasks were given up on: any whose rows are held
+            # only by silent workers (a task reading them elsewhere would wait to fetch them).
+            who = await client.scheduler.who_has(keys=[f.key for f in parts.X])
+            stranded |= {p for p, f in enumerate(parts.X)
+                         if not set(who.get(f.key) or ()) - unresponsive}
         live = {w: n for w, n in live.items() if w not in unresponsive} or live
-        if set(live) != set(nthreads) or ran_on != assign or late:
+        if set(live) != set(nthreads) or ran_on != assign or stranded:
             nthreads = live
             new = balance(ran_on, live)
-            for p in late:  # a partition with a copy on a live worker moves there
+            for p in stranded:  # a partition with a copy on a live worker moves there
                 ok = [w for w in (parts.copies[p] if parts.copies else ()) if w in live]
                 if ok:
                     new[p] = ok[0]
@@ -577,7 +585,7 @@ class _Fit:
             if new != assign:
                 logger.info("daskabsp: workers changed; partitions re-balanced: %s", new)
             book.owner = assign = new
-        lost = [p for p in late if parts.X[p] is owned_by_silent[p]] if late else []
+        lost = [p for p in stranded if parts.X[p] is owned_by_silent[p]]
         if lost and not is_dask(self.data[0]):
             # In-memory input: the fitting process holds the rows, so the partitions of a
             # silent worker are placed again on the worker they are assigned to now.
@@ -738,11 +746,39 @@ class _Fit:
         # Given up: their worker went silent. Their rows stay unprocessed; whatever they
         # return later is never gathered (the futures are released with the round).
         late = dict(ans.get("late", ()))
+        got, lost = await self._gather_live([f for f in futs if f.key not in {**idle, **late}])
+        late.update(lost)
         skipped = {**idle, **late}
-        got = iter(await self._gather([f for f in futs if f.key not in skipped]))
-        results = [idle_result(cursors[p], skipped[f.key]) if f.key in skipped else next(got)
+        results = [idle_result(cursors[p], skipped[f.key]) if f.key in skipped else got[f.key]
                    for p, f in enumerate(futs)]
         return results, {p: late[f.key] for p, f in enumerate(futs) if f.key in late}
+
+    async def _gather_live(self, futs) -> tuple[dict, dict]:
+        """The results of the finished ``futs`` by key, except those held only by workers
+        silent for ``daskabsp.unresponsive-after`` (a result computed just before its worker
+        froze): those are returned as ``{key: worker}``, given up on like a late task."""
+        wait = config.seconds("unresponsive-after")
+        out: dict = {}
+        lost: dict = {}
+        while futs:
+            gather = asyncio.ensure_future(self._gather(futs))
+            while True:
+                done, _ = await asyncio.wait({gather}, timeout=wait)
+                if done:
+                    out.update(zip((f.key for f in futs), gather.result(), strict=True))
+                    return out, lost
+                who = await self.client.scheduler.who_has(keys=[f.key for f in futs])
+                silent = await self._silent({w for ws in who.values() for w in ws})
+                gone = {f.key: who[f.key][0] for f in futs
+                        if who.get(f.key) and set(who[f.key]) <= silent}
+                if gone:
+                    break
+            gather.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await gather
+            lost.update(gone)
+            futs = [f for f in futs if f.key not in gone]
+        return out, lost
 
     async def _silent(self, workers: set[str]) -> set[str]:
         """Those of ``workers`` still in the cluster and not heard from for
