@@ -6,6 +6,7 @@ import io
 import subprocess
 import sys
 
+import dask
 import numpy as np
 import pytest
 import xarray as xr
@@ -28,11 +29,13 @@ def _close_figures():
 
 @pytest.fixture(scope="module")
 def fits(client):
-    """A BSP and an A-BSP fit with one worker 20x slower, so A-BSP harvests."""
+    """A BSP and an A-BSP fit with one worker 20x slower, so A-BSP harvests (and its
+    helpers cover every leftover, however small: these partitions scan in milliseconds, and
+    a leftover under ``daskabsp.help-above`` would otherwise wait for the next round)."""
     X, y = make_classification(n_samples=20_000, n_features=8, random_state=0)
     workers = sorted(client.scheduler_info()["workers"])
     out = {}
-    with slow_workers(client, {workers[0]: 20.0}):
+    with slow_workers(client, {workers[0]: 20.0}), dask.config.set({"daskabsp.help-above": 0}):
         for sync in ["bsp", "absp"]:
             out[sync] = fit(LogisticGD(), X, y.astype(float), sync=sync, max_iter=6, tol=None,
                             n_partitions=4).history
