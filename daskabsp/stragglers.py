@@ -222,14 +222,14 @@ def cpu_neighbour(client, worker: str, *, duty: float = 1.0, processes: int = 1,
     neighbour also exits by itself if the process that started it dies.
 
     Each neighbour runs in a session of its own, another tenant: where Linux groups sessions
-    for scheduling (autogroup), the worker's whole session competes with it for the core, so
-    the worker gets somewhat less than its share (one neighbour: 2.0x-2.6x slower scans
-    measured on 2 cores). The neighbour's core is saturated, so threads that may run on any
-    core (the client's, other processes') move to the other cores and slow the workers there
-    a little: compare a slowed worker with the others in the same fit, not with a fit
-    before. A duty cycle gives a partial share only to tasks many periods long: a scan shorter
-    than a few periods gets whole busy or idle phases (with the default 50 ms, ~40 ms scans at
-    ``duty=0.4`` were slowed 1.0x-1.8x from round to round).
+    for scheduling (autogroup), the worker's whole session competes with each neighbour for
+    the core, so the worker gets less than these shares (measured on 2 cores, ~0.12 s scans:
+    one neighbour 2.0x-2.6x slower, one at ``duty=0.4`` 1.5x, two at ``duty=0.3`` 2.2x). The
+    neighbour's core is saturated, so threads that may run on any core (the client's, other
+    processes') move to the other cores and slow the workers there: compare a slowed worker
+    with the others in the same fit. A duty cycle gives a partial share only to tasks many
+    periods long: a scan shorter than a few periods gets whole busy or idle phases (with the
+    default 50 ms, ~40 ms scans at ``duty=0.4`` were slowed 1.0x-1.8x from round to round).
 
     Parameters
     ----------

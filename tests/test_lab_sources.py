@@ -4,12 +4,13 @@ Measured on a real LocalCluster with one worker process per core (2 on the test 
 compute seconds of the partitions in BSP histories, compared side by side with a generous
 margin (no absolute timings).
 
-A neighbour saturates its core, so the operating system moves every other runnable thread that
-may run anywhere (the driver's and scheduler's threads in this process, other clusters of the
-suite, other tenants of the machine) to the other core, where it slows the partition the
-neighboured one is compared with. The neighbour tests therefore compare within one fit, with
-scans long enough (~0.12 s per partition and round) that a round's slowdown is the core's
-share and not how a few scheduler slices fell, and with the neighbour on each worker in turn.
+A neighbour saturates its core, so the operating system moves every other thread that may run
+anywhere (the driver's and schedulers' threads in this process, the suite's other clusters,
+other tenants of the machine: ~0.2 of a core in the full suite) to the other core, where it
+slows the partition the neighboured one is compared with, by 20%-40% in the full suite: the
+margins leave room for that. The neighbour tests compare partitions within one fit (what
+changes between fits cancels), on scans long enough (~0.12 s per partition and round) that a
+round's slowdown is the core's share and not how a few scheduler slices fell.
 """
 
 from __future__ import annotations
@@ -145,20 +146,24 @@ def test_cpu_neighbour_slows_its_worker_and_stops(lab, dense):
 
 
 def test_duty_cycle_gives_a_partial_share(lab, dense):
-    """A neighbour busy 40% of each period slows its worker's partition, less than one busy
-    all the time: measured ~1.5x and ~2.3x the other partition's compute, ~1x with none."""
+    """Two neighbours busy 30% of each period slow their worker's partition, less than two busy
+    all the time: measured 1.7x-2.3x and 2.8x-3.6x the other partition's compute in the same
+    fit (the full neighbours' ratio 1.4x-1.9x the partial ones').
+
+    Two neighbours, not one: in the full suite the threads of its other clusters and of this
+    process (~0.2 of a core) go to the core the neighbours leave free, and slow the other
+    partition by 20%-40%: one neighbour's partial share (1.5x alone at duty 0.4) fell to 1.26x.
+    """
     before = affinities(lab)
     victim = sorted(before)[0]
     ratios = {}
-    for duty in (0.0, 0.4, 1.0):
+    for duty in (0.3, 1.0):
         # A period far shorter than a scan (10 ms vs ~0.12 s), so that every scan gets the
-        # partial share and not whole busy or idle phases of the neighbour.
-        block = (cpu_neighbour(lab, victim, duty=duty, period=0.01) if duty
-                 else pinned_workers(lab))  # pinned as with a neighbour, without one
-        with block:
+        # partial share and not whole busy or idle phases of the neighbours.
+        with cpu_neighbour(lab, victim, duty=duty, processes=2, period=0.01):
             t, where = bsp_compute(lab, dense, rounds=5, k=NEIGHBOUR_K)
         ratios[duty] = neighboured_ratio(t, where, victim)
-    assert ratios[0.4] > 1.2 * ratios[0.0] and ratios[1.0] > 1.15 * ratios[0.4], ratios
+    assert ratios[0.3] > 1.3 and ratios[1.0] > 1.2 * ratios[0.3], ratios
     assert affinities(lab) == before
 
 
