@@ -221,6 +221,16 @@ def cpu_neighbour(client, worker: str, *, duty: float = 1.0, processes: int = 1,
     workers' affinity restored on exit, whatever ends the block (an exception, Ctrl-C); a
     neighbour also exits by itself if the process that started it dies.
 
+    Each neighbour runs in a session of its own, another tenant: where Linux groups sessions
+    for scheduling (autogroup), the worker's whole session competes with each neighbour for
+    the core, so the worker gets less than these shares (measured on 2 cores, ~0.12 s scans:
+    one neighbour 2.0x-2.6x slower, one at ``duty=0.4`` 1.5x, two at ``duty=0.3`` 2.2x). The
+    neighbour's core is saturated, so threads that may run on any core (the client's, other
+    processes') move to the other cores and slow the workers there: compare a slowed worker
+    with the others in the same fit. A duty cycle gives a partial share only to tasks many
+    periods long: a scan shorter than a few periods gets whole busy or idle phases (with the
+    default 50 ms, ~40 ms scans at ``duty=0.4`` were slowed 1.0x-1.8x from round to round).
+
     Parameters
     ----------
     client : distributed.Client
@@ -232,7 +242,7 @@ def cpu_neighbour(client, worker: str, *, duty: float = 1.0, processes: int = 1,
     processes : int, default=1
         Number of neighbour processes on that core.
     period : float, default=0.05
-        Seconds of one busy-then-idle cycle.
+        Seconds of one busy-then-idle cycle; well below the duration of the tasks to slow.
 
     Yields
     ------

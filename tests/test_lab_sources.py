@@ -3,6 +3,14 @@
 Measured on a real LocalCluster with one worker process per core (2 on the test machine): the
 compute seconds of the partitions in BSP histories, compared side by side with a generous
 margin (no absolute timings).
+
+A neighbour saturates its core, so the operating system moves every other thread that may run
+anywhere (the driver's and schedulers' threads in this process, the suite's other clusters,
+other tenants of the machine: ~0.2 of a core in the full suite) to the other core, where it
+slows the partition the neighboured one is compared with, by 20%-40% in the full suite: the
+margins leave room for that. The neighbour tests compare partitions within one fit (what
+changes between fits cancels), on scans long enough (~0.12 s per partition and round) that a
+round's slowdown is the core's share and not how a few scheduler slices fell.
 """
 
 from __future__ import annotations
@@ -46,9 +54,17 @@ def lab():
 
 @pytest.fixture(scope="module")
 def dense():
-    """Rows for k-means with many centers: ~40 ms of compute per partition and round."""
+    """Rows for k-means with many centers: with :data:`NEIGHBOUR_K` centers ~0.12 s of compute
+    per partition and round."""
     rng = np.random.default_rng(0)
     return rng.standard_normal((300_000, 20))
+
+
+#: Centers of the neighbour tests' k-means. With 64 (~40 ms scans) the slowdown of a
+#: neighboured scan varied from round to round between 0.6x and 2.8x (a scan that short is a
+#: few scheduler slices, and how they fall decides), so a median of 4 rounds was now and then
+#: near 1; with 256 (~0.12 s scans) it stayed between 2.0x and 2.6x.
+NEIGHBOUR_K = 256
 
 
 def kmeans(n_features: int, k: int = 64) -> LloydKMeans:
@@ -78,13 +94,23 @@ def gone(pid: int) -> bool:
         return True
 
 
-def bsp_compute(client, X, rounds: int = 4) -> tuple[np.ndarray, np.ndarray]:
-    """Per partition, the median compute seconds over the rounds of a BSP k-means fit (the
-    first round calibrates, so it is left out), and the worker of each partition."""
-    res = daskabsp.fit(kmeans(X.shape[1]), X, sync=BSP(), max_iter=rounds + 1,
+def bsp_compute(client, X, rounds: int = 4, k: int = 64) -> tuple[np.ndarray, list[str]]:
+    """Per partition, the median compute seconds over the rounds of a BSP k-means fit with
+    ``k`` centers (the first round calibrates, so it is left out), and the worker of each
+    partition, which is the same in every round."""
+    res = daskabsp.fit(kmeans(X.shape[1], k), X, sync=BSP(), max_iter=rounds + 1,
                        n_partitions=N_WORKERS, client=client)
     h = res.history.isel(round=slice(1, None))
-    return np.median(h.compute_seconds.values, axis=0), h.worker.values[-1]
+    workers = h.worker.values
+    assert (workers == workers[0]).all(), workers  # no partition moved to another worker
+    return np.median(h.compute_seconds.values, axis=0), [str(w) for w in workers[0]]
+
+
+def neighboured_ratio(t: np.ndarray, where: list[str], victim: str) -> float:
+    """Compute seconds of the partition on ``victim`` over those of the other partition."""
+    assert len(where) == N_WORKERS and victim in where, (victim, where)
+    p = where.index(victim)
+    return float(t[p] / t[1 - p])
 
 
 def test_pinned_workers_pins_every_thread_and_restores(lab):
@@ -103,39 +129,42 @@ def test_pinned_workers_pins_every_thread_and_restores(lab):
 
 
 def test_cpu_neighbour_slows_its_worker_and_stops(lab, dense):
-    X = dense
-    base, where = bsp_compute(lab, X)
-    victim = str(where[0])
-    with cpu_neighbour(lab, victim) as n:
-        pids = list(n.pids)
-        assert all(psutil.Process(p).cpu_affinity() == [n.core] for p in pids)
-        slow, where_slow = bsp_compute(lab, X)
-    assert all(gone(p) for p in pids)
-    assert str(where_slow[0]) == victim
-    # How much it slows is asserted in test_duty_cycle_gives_a_partial_share: here, once in
-    # a CI run, the victim's scans were not slowed at all (0.048 -> 0.051 s, the other
-    # partition 0.051 -> 0.047 s), which the duty-cycle test, in the same run, was; the cause
-    # is not found, so this test checks the neighbour's placement and clean-up only.
-    assert slow.shape == base.shape == (N_WORKERS,)
-
-
-@pytest.mark.xfail(strict=False, reason=(
-    "In the full suite on CI the neighbour's slowdown of its worker was not seen in 2 of 2 "
-    "runs (once in this test, once in the previous one; alone they pass): cause not found, "
-    "so the timing assertion may fail without failing the suite"))
-def test_duty_cycle_gives_a_partial_share(lab, dense):
-    X = dense
-    _, where = bsp_compute(lab, X, rounds=1)
-    victim = str(where[0])
+    """The neighbour on each worker in turn: in the same fit the partition on its worker scans
+    much slower than the other (the core is shared: ~2.3x measured), whichever worker it is;
+    the neighbour is gone after the block."""
+    workers = sorted(affinities(lab))
     ratios = {}
-    for duty in (1.0, 0.4):
-        with cpu_neighbour(lab, victim, duty=duty):
-            t, _ = bsp_compute(lab, X)
-        ratios[duty] = t[0] / t[1]
-    t, _ = bsp_compute(lab, X)
-    ratios[0.0] = t[0] / t[1]
-    # shares of about 1/2, 4/5 and 1 of the core: the slowdowns order accordingly
-    assert ratios[1.0] > 1.15 * ratios[0.4] and ratios[0.4] > 1.05 * ratios[0.0], ratios
+    for victim in workers:
+        with cpu_neighbour(lab, victim) as n:
+            pids = list(n.pids)
+            assert all(psutil.Process(p).cpu_affinity() == [n.core] for p in pids)
+            t, where = bsp_compute(lab, dense, rounds=5, k=NEIGHBOUR_K)
+        assert all(gone(p) for p in pids)
+        assert sorted(where) == workers  # one partition per worker
+        ratios[victim] = (neighboured_ratio(t, where, victim), t)
+    assert all(r > 1.4 for r, _ in ratios.values()), ratios
+
+
+def test_duty_cycle_gives_a_partial_share(lab, dense):
+    """Two neighbours busy 30% of each period slow their worker's partition, less than two busy
+    all the time: measured 1.7x-2.3x and 2.8x-3.6x the other partition's compute in the same
+    fit (the full neighbours' ratio 1.4x-1.9x the partial ones').
+
+    Two neighbours, not one: in the full suite the threads of its other clusters and of this
+    process (~0.2 of a core) go to the core the neighbours leave free, and slow the other
+    partition by 20%-40%: one neighbour's partial share (1.5x alone at duty 0.4) fell to 1.26x.
+    """
+    before = affinities(lab)
+    victim = sorted(before)[0]
+    ratios = {}
+    for duty in (0.3, 1.0):
+        # A period far shorter than a scan (10 ms vs ~0.12 s), so that every scan gets the
+        # partial share and not whole busy or idle phases of the neighbours.
+        with cpu_neighbour(lab, victim, duty=duty, processes=2, period=0.01):
+            t, where = bsp_compute(lab, dense, rounds=5, k=NEIGHBOUR_K)
+        ratios[duty] = neighboured_ratio(t, where, victim)
+    assert ratios[0.3] > 1.3 and ratios[1.0] > 1.2 * ratios[0.3], ratios
+    assert affinities(lab) == before
 
 
 @pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
