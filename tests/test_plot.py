@@ -93,7 +93,7 @@ def test_plot_rows_shows_the_share_of_quota_and_marks_the_harvests(fits):
     # the share the partition's own task scanned; helpers scanned the rest
     np.testing.assert_allclose(share, ((h.rows - h.helped_rows) / h.quota).T.values)
     assert share.min() < 1 and share.max() == 1
-    assert (h.rows == h.quota).all() and h.helped_rows.any()
+    assert (h.rows <= h.quota).all() and h.helped_rows.any()
     (marks,) = ax.collections
     p, r = np.nonzero(h.harvested.T.values)
     np.testing.assert_array_equal(marks.get_offsets(), np.column_stack([r, p]))

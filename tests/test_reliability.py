@@ -130,9 +130,10 @@ def test_a_thousand_partitions(client):
     assert res.history.sizes["partition"] == 1000 and len(sizes) == res.n_iter >= 3
     tasks, rounds, keys = zip(*sizes[1:], strict=True)
     # at most one round's tasks still being released: its own and its helpers' (the pieces
-    # are batched, one task per worker thread)
+    # are batched, one task per worker thread), and the copies helpers made once (a worker
+    # whose tasks all stayed queued has its partitions copied: up to 3 keys per partition)
     threads = sum(client.nthreads().values())
-    assert max(tasks) - min(tasks) <= 1000 + threads
+    assert max(tasks) - min(tasks) <= 2000
     assert max(rounds) <= 2 and max(keys) <= 1000 + threads
 
 
