@@ -63,8 +63,7 @@ class Rates:
         """Take in a round's own scans (``results[p]`` of partition ``p``, with ``worker``,
         ``rows`` and ``compute_seconds``): the owners' rates, the partitions' cost guesses,
         the workers' speeds now, and cross observations of workers with several partitions."""
-        scans = [(p, r.worker, r.rows / r.compute_seconds) for p, r in enumerate(results)
-                 if r.rows > 0 and r.compute_seconds > 0 and r.worker]
+        scans = _scans(enumerate(results))
         self.own = [None] * len(self.own)
         self.active = {w for _, w, _ in scans}
         for p, _, v in scans:
@@ -85,11 +84,7 @@ class Rates:
         """Take in a helper phase: ``pieces`` pairs a partition with its piece's result
         (``worker``, ``rows``, ``compute_seconds``); ``own`` are the round's own scans, whose
         rates on the same workers make each piece a cross observation."""
-        scans = [(p, r.worker, r.rows / r.compute_seconds) for p, r in enumerate(own)
-                 if r.rows > 0 and r.compute_seconds > 0 and r.worker]
-        scans += [(p, r.worker, r.rows / r.compute_seconds) for p, r in pieces
-                  if r.rows > 0 and r.compute_seconds > 0 and r.worker]
-        self._cross(scans)
+        self._cross(_scans(enumerate(own)) + _scans(pieces))
 
     def _cross(self, scans: list[tuple[int, str, float]]) -> None:
         """Relative costs from workers that scanned several partitions: each is compared
@@ -138,6 +133,12 @@ class Rates:
             w = owner[p]
             self.rent[p] += max(alone[w] - horizon - slack, 0.0) * t / alone[w]
         return {p: (self.rent[p] if owner[p] in self.active else math.inf) for p in left}
+
+
+def _scans(results: Iterable[tuple[int, Any]]) -> list[tuple[int, str, float]]:
+    """``(partition, worker, rows per second)`` of the results that scanned something."""
+    return [(p, r.worker, r.rows / r.compute_seconds) for p, r in results
+            if r.rows > 0 and r.compute_seconds > 0 and r.worker]
 
 
 def _median(values: list[float]) -> float:
