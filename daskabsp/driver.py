@@ -193,6 +193,11 @@ def fit(
         return run_sync(client, run)
 
 
+def _retrieve(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 def idle_result(cursor: int, worker: str) -> PartialResult:
     """The result of a task that had not started when its round stopped: nothing computed."""
     return PartialResult(stats=None, rows=0, cursor=cursor, stopped=True, compute_seconds=0.0,
@@ -275,7 +280,7 @@ class _Fit:
         if any(c == 0 for c in chunks):
             raise ValueError("X has an empty row chunk; every partition needs at least one row.")
         t_place = time.perf_counter()
-        parts = await place(client, X, y, sw, chunks, silent=self._silent_one)
+        parts = await place(client, X, y, sw, chunks, silent=self._silent)
         self._place_seconds = time.perf_counter() - t_place
         status = "failed"
         try:
@@ -381,6 +386,8 @@ class _Fit:
             members = None
             if time.perf_counter() >= next_check:
                 members = asyncio.ensure_future(client.scheduler.ncores())
+                # a round that fails never reads it: no "exception never retrieved" then
+                members.add_done_callback(_retrieve)
                 next_check = time.perf_counter() + interval
             if helped:  # helpers make every round cover its quota: stop at the quorum
                 q, round_quotas = quorum, book.round_quotas(False)
@@ -393,26 +400,28 @@ class _Fit:
                         futs = self._submit(parts, book, arg, rid, q, round_quotas)
                         if q and self.signal != "scheduler":
                             await self._driver_stop(futs, rid, q)
-                        results, late = await self._collect(
+                        results, late, occupied = await self._collect(
                             futs, rid, book.cursor,
                             settle=policy.stops and self.signal == "scheduler")
                         owned = results
                         if helped:
                             rates.observe(results)
+                            # Other work holds these for now: no piece can run there, and
+                            # their partitions' rows can only move on through copies.
+                            blocked = unresponsive | set(late.values()) | occupied
                             self._copy_stragglers(parts, book, results, round_quotas, rates,
-                                                  nthreads, unresponsive | set(late.values()))
+                                                  nthreads, blocked)
                             self._in_flight.append(rid.helpers())
                             results, helped_rows, by_worker = await self._help(
                                 parts, book, arg, rid.helpers(), results, round_quotas,
-                                rates, nthreads, unresponsive | set(late.values()),
-                                needed=full)
+                                rates, nthreads, blocked, needed=full)
                     break
                 except (KilledWorker, FutureCancelledError) as e:
                     logger.warning("daskabsp: round %d failed (%r); retrying", r, e)
                     await client.cancel(futs)
                     if any(f.status != "finished" for f in parts.futures):
                         parts = await place(client, *self.data, sizes,
-                                            silent=self._silent_one)
+                                            silent=self._silent)
                     if attempt == _ROUND_ATTEMPTS - 1:
                         raise
                 except asyncio.CancelledError:  # Ctrl-C, or the caller cancelled the fit
@@ -597,15 +606,15 @@ class _Fit:
                          rates: Rates, nthreads, exclude) -> None:
         """Start copying, in the background, each partition whose copy has paid for itself
         (see :meth:`Rates.charge`: the time its owner alone spent on what it left, summed over
-        the rounds, exceeds the copy's time; at once for a partition that scanned nothing,
-        queued behind other work or on a silent worker) to the fastest worker without one,
+        the rounds, exceeds the copy's time; at once for a partition whose owner is in
+        ``exclude``: silent, or its threads held by other work) to the fastest worker without one,
         up to ``daskabsp.replicas`` copies: from the next round on, helpers can scan its rows
         there. The round does not wait for it."""
         limit = int(config.get("replicas"))
         left = {p: quotas[p] - res.rows for p, res in enumerate(results)
                 if quotas[p] > res.rows and p not in self._copying}
         paid = rates.charge(left, book.owner, [w for w in nthreads if w not in exclude],
-                            slack=config.seconds("help-above"))
+                            slack=config.seconds("help-above"), blocked=exclude)
         for p in left:
             have = parts.holders(p, book.owner[p])
             if len(have) > limit or paid[p] < self._rent_due[p]:
@@ -654,11 +663,6 @@ class _Fit:
         rows in the next round."""
         program, sizes = self.program, parts.sizes
         helped = [0] * len(sizes)
-        # A worker whose tasks of the round all stayed queued is busy with other work (its
-        # thread held by another job's task): a piece there would wait for that work too.
-        ran = {res.worker for res in results if not math.isnan(res.start)}
-        exclude = set(exclude) | {res.worker for res in results
-                                  if math.isnan(res.start) and res.worker not in ran}
         leftovers = [
             coverage.Leftover(p, book.leftover_start(p, res.rows), quotas[p] - res.rows,
                               sizes[p], tuple(w for w in parts.holders(p, book.owner[p])
@@ -689,8 +693,8 @@ class _Fit:
                     "pieces", run_pieces, self._program_arg(), params, args,
                     round_id=str(hid), chunk_target=self.chunk_target, key=(prefix, i),
                     workers=[w], allow_other_workers=True))
-        got, late = await self._collect(futs, hid, [0] * len(futs),
-                                        settle=self.signal == "scheduler")
+        got, late, _ = await self._collect(futs, hid, [0] * len(futs),
+                                           settle=self.signal == "scheduler")
         self.silent_helpers.update(late.values())
         # A batch given up on (its worker went silent) or never run lost all its pieces.
         scanned = [res for (w, batch), res in zip(batches, got, strict=True)
@@ -732,13 +736,16 @@ class _Fit:
         return self.client.submit(func, *args, **kwargs, **opts)
 
     async def _collect(self, futs, rid: RoundId, cursors: list[int], *,
-                       settle: bool) -> list[PartialResult]:
-        """The round's results. With ``settle``, stop waiting once the scheduler says the round
-        has settled: a task that was still queued when the stop reached its worker (behind the
-        round's other partitions, or behind another job's task) computes nothing, so it gets an
-        empty result here and its future is released, usually before it runs."""
+                       settle: bool) -> tuple[list[PartialResult], dict[int, str], set[str]]:
+        """The round's results, the partitions given up on (``{partition: silent worker}``)
+        and the workers whose threads other work held when the round stopped.
+
+        With ``settle``, stop waiting once the scheduler says the round has settled: a task
+        that was still queued when the stop reached its worker (behind the round's other
+        partitions, or behind another job's task) computes nothing, so it gets an empty
+        result here and its future is released, usually before it runs."""
         if not settle:
-            return await self._gather(futs), {}
+            return await self._gather(futs), {}, set()
         settled = getattr(self.client.scheduler, SETTLED_HANDLER)
         ans = await settled(round=str(rid),
                             unresponsive=config.seconds("unresponsive-after")) or {}
@@ -751,7 +758,8 @@ class _Fit:
         skipped = {**idle, **late}
         results = [idle_result(cursors[p], skipped[f.key]) if f.key in skipped else got[f.key]
                    for p, f in enumerate(futs)]
-        return results, {p: late[f.key] for p, f in enumerate(futs) if f.key in late}
+        return (results, {p: late[f.key] for p, f in enumerate(futs) if f.key in late},
+                set(ans.get("occupied", ())))
 
     async def _gather_live(self, futs) -> tuple[dict, dict]:
         """The results of the finished ``futs`` by key, except those held only by workers
@@ -780,18 +788,14 @@ class _Fit:
             futs = [f for f in futs if f.key not in gone]
         return out, lost
 
-    async def _silent(self, workers: set[str]) -> set[str]:
+    async def _silent(self, workers) -> set[str]:
         """Those of ``workers`` still in the cluster and not heard from for
-        ``daskabsp.unresponsive-after`` (judged on the scheduler's clock)."""
+        ``daskabsp.unresponsive-after`` (judged on the scheduler's clock; none without the
+        scheduler plugin)."""
+        if self.signal != "scheduler":
+            return set()
         return set(await getattr(self.client.scheduler, SILENT_HANDLER)(
             workers=sorted(workers), seconds=config.seconds("unresponsive-after")))
-
-    async def _silent_one(self, worker: str) -> bool:
-        """Whether ``worker`` has not been heard from for ``daskabsp.unresponsive-after``
-        (never, without the scheduler plugin)."""
-        if self.signal != "scheduler":
-            return False
-        return worker in await self._silent({worker})
 
     async def _driver_stop(self, futs, rid: RoundId, quorum: int) -> None:
         done = 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from . import plot  # noqa: F401  (registers the histories' accessor, Dataset.absp)
+
 _PER_PARTITION = {
     "rows": ("int64", "rows processed", None),
     "quota": ("int64", "rows asked for", None),

@@ -87,11 +87,12 @@ def row_chunks(X, n_partitions: int | None, n_threads: int, min_rows: int) -> tu
 
 
 async def place(client, X, y, sample_weight, chunks: tuple[int, ...], *,
-                silent: Callable[[str], Awaitable[bool]] | None = None) -> Partitions:
+                silent: Callable[[list[str]], Awaitable[set[str]]] | None = None
+                ) -> Partitions:
     """Place ``X``, ``y``, ``sample_weight`` on the cluster as ``len(chunks)`` row chunks.
 
-    ``silent(worker)``, if given, tells whether a worker has stopped answering: in-memory
-    rows on their way to such a worker go to another one instead.
+    ``silent(workers)``, if given, names those of ``workers`` that have stopped answering:
+    in-memory rows on their way to such a worker go to another one instead.
     """
     if not any(is_dask(a) for a in (X, y, sample_weight)):
         return await _scatter(client, X, y, sample_weight, chunks, silent)
@@ -129,24 +130,22 @@ async def _scatter(client, X, y, sample_weight, chunks: tuple[int, ...],
 async def _scatter_watched(client, arrays, a: int, b: int, worker: str, workers: list[str],
                            silent) -> list[Future | None]:
     """:func:`_scatter_rows` to ``worker``; if ``worker`` goes silent meanwhile (frozen: the
-    transfer would wait for it), to the next worker that is not."""
-    tried: set[str] = set()
+    transfer would wait for it), to a worker that is not. While every worker is silent the
+    transfer waits: a cluster that is busy as a whole (starting, importing) answers again."""
+    if silent is None:
+        return await _scatter_rows(client, arrays, a, b, worker)
     while True:
         task = asyncio.ensure_future(_scatter_rows(client, arrays, a, b, worker))
-        if silent is None:
-            return await task
-        while True:
+        others: list[str] = []
+        while not others:
             done, _ = await asyncio.wait({task}, timeout=_WATCH_EVERY)
             if done:
                 return task.result()
-            if await silent(worker):
-                break
+            quiet = await silent(workers)
+            if worker in quiet:
+                others = [w for w in workers if w not in quiet]
         task.cancel()
-        tried.add(worker)
-        left = [w for w in workers if w not in tried]
-        if not left:
-            raise OSError(f"every worker went silent while the data was placed: {workers}")
-        worker = left[0]
+        worker = others[a % len(others)]
 
 
 async def _scatter_rows(client, arrays, a: int, b: int, worker: str) -> list[Future | None]:

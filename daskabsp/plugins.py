@@ -98,7 +98,9 @@ class AbspWorkerPlugin(WorkerPlugin):
         busy = {k for k in keys if k in running}
         if len(busy) == len(keys):
             return
-        report = {"op": IDLE_OP, "round": rounds[0], "keys": [k for k in keys if k not in busy]}
+        report = {"op": IDLE_OP, "round": rounds[0], "keys": [k for k in keys if k not in busy],
+                  # every thread held by other work: the round's tasks here wait for it
+                  "occupied": not busy and len(running) >= state.nthreads}
         if busy:
             # The round cannot settle before these return: send the report with their
             # results (one write) rather than just before them, which would hold the
@@ -139,6 +141,7 @@ class _Round:
     keys: set = field(default_factory=set)
     open: set = field(default_factory=set)  # neither finished nor reported idle
     idle: dict = field(default_factory=dict)  # key -> worker that reported it idle
+    occupied: set = field(default_factory=set)  # workers whose threads other work held
     finished: int = 0
     stopped: bool = False
     t_quorum: float | None = None
@@ -320,11 +323,15 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         except Exception as e:  # the worker may be gone; its tasks are rescheduled
             logger.debug("daskabsp: stop to %s failed: %s", addr, e)
 
-    def _idle(self, worker: str, round: str, keys=(), **kwargs: Any) -> None:
-        """A worker's answer to a stop: these tasks of ``round`` were not executing there."""
+    def _idle(self, worker: str, round: str, keys=(), occupied: bool = False,
+              **kwargs: Any) -> None:
+        """A worker's answer to a stop: these tasks of ``round`` were not executing there
+        (``occupied``: because other work held all its threads)."""
         r = self.rounds.get(round)
         if r is None:
             return
+        if occupied:
+            r.occupied.add(worker)
         tasks = self.scheduler.tasks
         for key in keys:
             ts = tasks.get(key)
@@ -341,10 +348,12 @@ class AbspSchedulerPlugin(SchedulerPlugin):
                       unresponsive: float | None = None) -> dict | None:
         """Wait until ``round`` has settled.
 
-        Returns ``{"idle": [(key, worker), ...], "late": [(key, worker), ...]}``: the tasks
-        reported idle, and (with ``unresponsive``, in seconds) the tasks given up because
-        every task still open is on a worker whose last heartbeat is older than that (a
-        frozen or cut-off worker: its stop cannot arrive and its answer would not either).
+        Returns ``{"idle": [(key, worker), ...], "late": [(key, worker), ...], "occupied":
+        [worker, ...]}``: the tasks reported idle; (with ``unresponsive``, in seconds) the
+        tasks given up because every task still open is on a worker whose last heartbeat is
+        older than that (a frozen or cut-off worker: its stop cannot arrive and its answer
+        would not either); and the workers that reported tasks idle because other work held
+        all their threads.
         Returns None if the round is unknown after ``timeout`` seconds (the caller then waits
         for every task). The call may arrive before the round's graph does.
         """
@@ -370,7 +379,7 @@ class AbspSchedulerPlugin(SchedulerPlugin):
                 await asyncio.wait_for(r.settled.wait(), min(0.5, unresponsive / 4))
             except asyncio.TimeoutError:
                 late = self._on_unresponsive(r, unresponsive)
-        return {"idle": list(r.idle.items()), "late": late}
+        return {"idle": list(r.idle.items()), "late": late, "occupied": sorted(r.occupied)}
 
     def silent(self, workers=(), seconds: float = 3.0) -> list[str]:
         """Those of ``workers`` still in the cluster and not heard from for ``seconds``."""

@@ -41,7 +41,6 @@ class Rates:
         self._guess = [0.0] * n_partitions  # half the partition's gap, while not learnt
         self.speed: dict[str, float] = {}  # cost-1 rows per second per thread
         self.own: list[float | None] = [None] * n_partitions  # this round: rows/s at its owner
-        self.active: set[str] = set()  # workers that scanned in this round
         self.rent = [0.0] * n_partitions
 
     def cost(self, p: int) -> float:
@@ -65,7 +64,6 @@ class Rates:
         the workers' speeds now, and cross observations of workers with several partitions."""
         scans = _scans(enumerate(results))
         self.own = [None] * len(self.own)
-        self.active = {w for _, w, _ in scans}
         for p, _, v in scans:
             self.own[p] = v
         if not scans:
@@ -110,7 +108,7 @@ class Rates:
                 self._seen[p] += 1
 
     def charge(self, left: dict[int, int], owner: Sequence[str], workers: Iterable[str], *,
-               slack: float = 0.0) -> dict[int, float]:
+               slack: float = 0.0, blocked: Iterable[str] = ()) -> dict[int, float]:
         """Charge a round's rent and return, for each partition in ``left`` (partition ->
         rows its owner left), the rent it has paid so far, in seconds.
 
@@ -118,9 +116,9 @@ class Rates:
         among ``workers`` by speed, everything would be done by ``H``. What an owner needs
         beyond ``H + slack`` is the round's rent, charged to its partitions in proportion to
         their time (``slack`` keeps the noise of a round's few, short scans from renting
-        copies for owners that are not slower). A partition whose owner scanned nothing in
-        the round (queued behind other work, or silent) pays infinite rent: a copy is its
-        only way forward.
+        copies for owners that are not slower). A partition whose owner is ``blocked``
+        (silent, or its threads held by other work) pays infinite rent: a copy is its only
+        way forward.
         """
         need = {p: rows / self.rate(owner[p], p) for p, rows in left.items() if rows > 0}
         alone: dict[str, float] = {}
@@ -132,7 +130,8 @@ class Rates:
         for p, t in need.items():
             w = owner[p]
             self.rent[p] += max(alone[w] - horizon - slack, 0.0) * t / alone[w]
-        return {p: (self.rent[p] if owner[p] in self.active else math.inf) for p in left}
+        blocked = set(blocked)
+        return {p: (math.inf if owner[p] in blocked else self.rent[p]) for p in left}
 
 
 def _scans(results: Iterable[tuple[int, Any]]) -> list[tuple[int, str, float]]:

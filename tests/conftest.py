@@ -2,8 +2,26 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from distributed import Client, LocalCluster
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Report a failure with the garbage collector paused. Python 3.11 parses source (``ast``)
+    to format a traceback; a collection in the middle of pytest's parse can run a finalizer
+    that logs another traceback (an asyncio task's "exception was never retrieved"),
+    re-entering the parser: ``SystemError: AST constructor recursion depth mismatch``, an
+    INTERNALERROR that ends the run and hides which test failed."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return (yield)
+    finally:
+        if paused:
+            gc.enable()
 
 
 @pytest.fixture(scope="session")

@@ -74,7 +74,9 @@ def test_before_any_cross_scan_the_gap_is_split_between_worker_and_partition():
 def test_rent_is_the_owners_lone_time_beyond_a_shared_finish(own_speed, factor, left):
     """A slow owner's leftover, alone: ``left / own``; shared with a worker ``factor`` times as
     fast: ``left / (own + helper)``; each round charges the difference, and the rent adds up
-    over rounds. A partition whose owner scanned nothing this round pays infinite rent."""
+    over rounds. A partition whose owner is blocked (silent, or other work holds its
+    threads) pays infinite rent; one whose owner merely scanned nothing this round (its event
+    loop busy receiving a copy) pays for its lone time at its last measured speed."""
     rates = Rates(2)
     rates.observe([scan("a", 1000, own_speed * factor, 1.0), scan("b", 1000, own_speed, 1.0)])
     own, helper = rates.own[1], rates.rate("a", 1)
@@ -85,7 +87,10 @@ def test_rent_is_the_owners_lone_time_beyond_a_shared_finish(own_speed, factor, 
     assert rates.charge({1: left}, ["a", "b"], ["a", "b"], slack=slack)[1] == pytest.approx(
         3.5 * per_round)
     rates.observe([scan("a", 1000, 1.0, 1.0), Scan("b", 0, 0.0)])
-    assert math.isinf(rates.charge({1: left}, ["a", "b"], ["a", "b"])[1])
+    before = rates.rent[1]
+    after = rates.charge({1: left}, ["a", "b"], ["a", "b"])[1]
+    assert math.isfinite(after) and after >= before
+    assert math.isinf(rates.charge({1: left}, ["a", "b"], ["a"], blocked={"b"})[1])
 
 
 @settings(max_examples=200, deadline=None)
