@@ -466,6 +466,7 @@ class _Fit:
                     compute=[float(res.compute_seconds) for res in results],
                     harvested=[bool(res.stopped) for res in owned],
                     worker=[res.worker for res in owned],
+                    scanned=[int(res.rows) for res in owned],
                 )
             book.record(policy, results, owned, counted, probe_rows=probe_rows,
                         chunk_target=self.chunk_target)
@@ -598,9 +599,26 @@ class _Fit:
         if lost and not is_dask(self.data[0]):
             # In-memory input: the fitting process holds the rows, so the partitions of a
             # silent worker are placed again on the worker they are assigned to now.
-            await asyncio.gather(*(move(client, parts, p, *self.data, assign[p])
+            await asyncio.gather(*(self._place_again(parts, book, p, unresponsive)
                                    for p in lost))
         return nthreads
+
+    async def _place_again(self, parts: Partitions, book: PartitionBook, p: int,
+                           unresponsive: set[str]) -> None:
+        """Scatter partition ``p``'s rows again to its owner; if that worker is gone by now
+        (a killed worker may still have been listed), to another one that answers."""
+        try:
+            await move(self.client, parts, p, *self.data, book.owner[p])
+            return
+        except (OSError, KeyError) as e:  # KeyError: the scheduler no longer knows it
+            logger.info("daskabsp: placing partition %d on %s failed (%r); trying another "
+                        "worker", p, book.owner[p], e)
+        workers = [w for w in sorted(await self.client.scheduler.ncores())
+                   if w != book.owner[p] and w not in unresponsive]
+        if not workers:
+            raise OSError(f"no worker left to place partition {p} on")
+        book.owner[p] = workers[p % len(workers)]
+        await move(self.client, parts, p, *self.data, book.owner[p])
 
     def _copy_stragglers(self, parts: Partitions, book: PartitionBook, results, quotas,
                          rates: Rates, nthreads, exclude) -> None:

@@ -113,11 +113,14 @@ class FitRecord:
         return self.rounds[-1].objective if self.rounds else math.nan
 
     def add_round(self, *, round: int, wall: float, objective: float, rows, quota, compute,
-                  harvested, worker) -> RoundRecord:
-        """Record one round's summary and update the workers' speeds."""
+                  harvested, worker, scanned=None) -> RoundRecord:
+        """Record one round's summary and update the workers' speeds (from the rows each
+        partition's own task ``scanned`` in its ``compute`` seconds; ``rows`` also counts
+        what helpers scanned)."""
         worker = [str(w) for w in worker]
         prev = self.rounds[-1].wall if self.rounds else 0.0
-        self._measure(round, rows, compute, worker)
+        scanned = rows if scanned is None else scanned
+        self._measure(round, scanned, compute, worker)
         rec = RoundRecord(
             round=int(round), wall=float(wall), duration=float(wall) - prev,
             objective=float(objective), rows=np.asarray(rows, dtype=np.int64),
@@ -125,7 +128,7 @@ class FitRecord:
             compute=np.asarray(compute, dtype=np.float64),
             harvested=np.asarray(harvested, dtype=bool),
             worker=np.asarray([self._worker_index(w) for w in worker], dtype=np.int32),
-            bsp_wait=self._bsp_wait(rows, quota, compute, worker),
+            bsp_wait=self._bsp_wait(scanned, quota, compute, worker),
         )
         self.rounds.append(rec)
         self.n_rounds += 1

@@ -382,14 +382,26 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         return {"idle": list(r.idle.items()), "late": late, "occupied": sorted(r.occupied)}
 
     def silent(self, workers=(), seconds: float = 3.0) -> list[str]:
-        """Those of ``workers`` still in the cluster and not heard from for ``seconds``."""
+        """Those of ``workers`` still in the cluster and not heard from for ``seconds``
+        (none while no worker at all has been: see :meth:`_stalled`)."""
         now, ws = time.time(), self.scheduler.workers
+        if self._stalled(now, seconds):
+            return []
         return [w for w in workers if w in ws and now - ws[w].last_seen > seconds]
+
+    def _stalled(self, now: float, seconds: float) -> bool:
+        """Whether no worker has been heard from for ``seconds``: the cluster as a whole is
+        held up (every worker importing the modules a fit's first tasks need, or this
+        scheduler's own event loop blocked), not one worker frozen; giving up on all of them
+        would leave no one to move their rows to."""
+        return all(now - ws.last_seen > seconds for ws in self.scheduler.workers.values())
 
     def _on_unresponsive(self, r: _Round, seconds: float) -> list:
         """``[(key, worker), ...]`` of the open tasks of ``r`` if every one of them is on a
         worker not heard from for ``seconds``; ``[]`` otherwise."""
         now, out = time.time(), []
+        if self._stalled(now, seconds):
+            return []
         tasks = self.scheduler.tasks
         for key in r.open:
             ts = tasks.get(key)

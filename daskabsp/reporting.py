@@ -131,10 +131,13 @@ class FitReporter:
                   n_partitions=n_partitions)
 
     def round(self, *, round: int, wall: float, objective: float, rows, quota, compute,
-              harvested, worker) -> None:
-        """Report one round (plain lists, one entry per partition)."""
+              harvested, worker, scanned=None) -> None:
+        """Report one round (plain lists, one entry per partition; ``scanned``: the rows each
+        partition's own task scanned, in its ``compute`` seconds, when helpers scanned
+        others of its ``rows``)."""
         self._put(kind="round", round=round, wall=wall, objective=objective, rows=rows,
-                  quota=quota, compute=compute, harvested=harvested, worker=worker)
+                  quota=quota, compute=compute, harvested=harvested, worker=worker,
+                  scanned=scanned)
 
     def end(self, status: str) -> None:
         """Report that the fit ended (``status`` says how); the sender stops once it is out."""

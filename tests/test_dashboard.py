@@ -288,6 +288,21 @@ def test_bsp_wait_scales_the_slowest_partition_to_its_quota_and_speeds_are_smoot
     assert rec.rounds[-1].bsp_wait == pytest.approx(1000 / rec.speed["b"])
 
 
+def test_speeds_count_only_the_rows_a_partitions_own_task_scanned():
+    """Helpers scanned 750 of b's 1000 rows: b's speed is its own 250 rows in its 0.1 s, and
+    BSP would have waited for b to scan all 1000 at that speed."""
+    book = FitBook(max_rounds=10, max_finished=1)
+    book.report("f", [dict(kind="start", client="c", program="p", sync="absp",
+                           n_partitions=2)])
+    book.report("f", [dict(kind="round", round=0, wall=0.2, objective=1.0, rows=[1000, 1000],
+                           quota=[1000, 1000], compute=[0.1, 0.1], harvested=[False, True],
+                           worker=["a", "b"], scanned=[1000, 250])])
+    rec = book.fits["f"]
+    assert rec.speed == pytest.approx({"a": 10_000.0, "b": 2_500.0})
+    assert rec.rounds[-1].bsp_wait == pytest.approx(0.4)
+    assert rec.rounds[-1].rows.tolist() == [1000, 1000]  # the heat map shows every row
+
+
 # -- in a browser -----------------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import dask
@@ -111,3 +112,37 @@ def test_placement_goes_around_a_frozen_worker():
         while client.run_on_scheduler(_processing) and time.monotonic() < deadline:
             pass
         assert client.run_on_scheduler(_processing) == []
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs POSIX signals")
+def test_a_cluster_held_up_as_a_whole_is_waited_for():
+    """Every worker silent at once (as when all of them import the modules of a fit's first
+    tasks, on a loaded machine): no task is given up, since no worker would be left to take
+    its rows, and the fit goes on where it was once they answer."""
+    X, y = make_classification(20_000, 10, n_informative=5, random_state=0)
+    y = y.astype(float)
+    program = LinearNewton(l2=1.0 / len(y), tol=1e-6)
+    with dask.config.set({"daskabsp.unresponsive-after": "0.5s"}), \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                         dashboard_address=":0") as cluster, Client(cluster) as client:
+        pids = sorted(client.run(os.getpid).values())
+        resume = threading.Timer(2.5, lambda: [os.kill(p, signal.SIGCONT) for p in pids])
+
+        def hold_all(r, coef, obj):
+            if r == 1:  # the next round's tasks go to workers that all stay silent 2.5 s
+                for p in pids:
+                    os.kill(p, signal.SIGSTOP)
+                resume.start()
+            return False
+
+        try:
+            res = daskabsp.fit(program, X, y, sync="absp", max_iter=4, tol=None,
+                               n_partitions=2, callback=hold_all)
+        finally:
+            resume.cancel()
+            for p in pids:
+                os.kill(p, signal.SIGCONT)
+        h = res.history
+        assert res.n_iter == 4
+        assert np.isfinite(h.task_start.values).all()  # every task ran: none given up
+        assert (h.worker.values == h.worker.values[0]).all()  # no partition moved
