@@ -24,10 +24,12 @@ _LAZY = {
     "BSP": "policies", "SYNC_NAMES": "policies", "Policy": "policies",
     "as_policy": "policies", "LogisticGD": "programs", "Program": "programs",
     "PartialResult": "runtime", "run_partition": "runtime", "SlowWorkers": "stragglers",
-    "slow_workers": "stragglers",
+    "slow_workers": "stragglers", "compute_answering": "answering",
+    "answering_workers": "answering", "stuck_keys": "answering",
 }
 
 if TYPE_CHECKING:
+    from .answering import answering_workers, compute_answering, stuck_keys
     from .callbacks import FitInfo, ProgressBar, RoundCallback, RoundInfo
     from .cluster import close_embedded, get_client
     from .driver import FitResult, fit
@@ -70,12 +72,15 @@ __all__ = [
     "RoundCallback",
     "RoundInfo",
     "SlowWorkers",
+    "answering_workers",
     "as_policy",
     "close_embedded",
+    "compute_answering",
     "config",
     "fit",
     "get_client",
     "plot_objectives",
     "run_partition",
     "slow_workers",
+    "stuck_keys",
 ]

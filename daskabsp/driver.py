@@ -58,11 +58,11 @@ from .partitions import (
 from .plugins import ensure_plugins, stop_on_worker
 from .policies import Policy, as_policy
 from .programs.base import PartitionStats, Program
-from .protocol import FORGET_HANDLER, SETTLED_HANDLER, SILENT_HANDLER, RoundId
+from .protocol import FORGET_HANDLER, SETTLED_HANDLER, SILENT_HANDLER, STUCK_HANDLER, RoundId
 from .rates import Rates
 from .reporting import FitReporter, open_reporter
 from .runtime import PartialResult, run_partition, run_pieces
-from .validation import check_data, check_int, check_quota, check_real
+from .validation import check_data, check_int, check_quota, check_real, check_source
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +110,7 @@ def fit(
     callback: CallbackArg = None,
     verbose: int = 0,
     client: distributed.Client | None = None,
+    source: tuple | None = None,
 ):
     """Run ``program`` over ``X`` (and ``y``) on a Dask cluster under a synchronisation policy.
 
@@ -154,6 +155,11 @@ def fit(
         (:class:`daskabsp.ProgressBar`, a notebook widget or a text bar).
     client : distributed.Client, optional
         Default: the current client, or an embedded LocalCluster.
+    source : tuple of (X, y, sample_weight), optional
+        For a dask ``X`` made from in-memory arrays (scattered by the caller, say): those
+        arrays, rows in the same order (None where there is none). A partition whose only
+        copy is on a worker that stopped answering is then scattered again from them, as
+        in-memory input is, instead of waiting for that worker.
 
     Returns
     -------
@@ -183,8 +189,10 @@ def fit(
         )
     if not is_dask(X):
         program.check_input(X, y)
+    if source is not None:
+        source = check_source(source, X)
     client = client if client is not None else get_client()
-    run = _Fit(client, program, policy, X, y, sample_weight, max_iter=max_iter, tol=tol,
+    run = _Fit(client, program, policy, X, y, sample_weight, source, max_iter=max_iter, tol=tol,
                n_partitions=n_partitions, quota=quota, chunk_target=chunk_target,
                record_params=record_params, callbacks=CallbackList(callbacks))
     if client.asynchronous:
@@ -205,12 +213,15 @@ def idle_result(cursor: int, worker: str) -> PartialResult:
 
 
 class _Fit:
-    def __init__(self, client, program, policy, X, y, sample_weight, *, max_iter, tol,
+    def __init__(self, client, program, policy, X, y, sample_weight, source, *, max_iter, tol,
                  n_partitions, quota, chunk_target, record_params, callbacks) -> None:
         self.client = client
         self.program = program
         self.policy = policy
         self.data = (X, y, sample_weight)
+        # where a silent worker's partitions are scattered again from (None: nowhere)
+        self.source = source if source is not None else (
+            None if is_dask(X) else self.data)
         self.max_iter = max_iter
         self.tol = tol
         self.n_partitions = n_partitions
@@ -280,7 +291,8 @@ class _Fit:
         if any(c == 0 for c in chunks):
             raise ValueError("X has an empty row chunk; every partition needs at least one row.")
         t_place = time.perf_counter()
-        parts = await place(client, X, y, sw, chunks, silent=self._silent)
+        parts = await place(client, X, y, sw, chunks, silent=self._silent, stuck=self._stuck,
+                            source=self.source if is_dask(X) else None)
         self._place_seconds = time.perf_counter() - t_place
         status = "failed"
         try:
@@ -329,8 +341,14 @@ class _Fit:
         return await self.client.gather(futs)
 
     async def _check_finite(self, parts: Partitions) -> None:
-        checks = [self._submit_call("check", check_finite_block, x, key=None) for x in parts.X]
-        ok = await self._gather(checks)
+        if self.source is not None:
+            # The in-memory rows the dask input was made from: checked here, not by tasks
+            # that a worker frozen already would hold up.
+            ok = [await asyncio.to_thread(check_finite_block, self.source[0])]
+        else:
+            checks = [self._submit_call("check", check_finite_block, x, key=None)
+                      for x in parts.X]
+            ok = await self._gather(checks)
         if not all(bool(o[0]) for o in ok):
             raise ValueError("Input X contains NaN or infinity.")
 
@@ -348,6 +366,9 @@ class _Fit:
         sizes = parts.sizes
         N = int(sum(sizes))
         state = program.init(parts.n_features, N)
+        # workers silent already (frozen while the input was made) get no partition
+        unresponsive = await self._silent(nthreads)
+        nthreads = {w: n for w, n in nthreads.items() if w not in unresponsive} or nthreads
         who = await client.scheduler.who_has(keys=[f.key for f in parts.X])
         book = PartitionBook(sizes, self._quotas(sizes), balance(
             [(who.get(f.key) or [None])[0] for f in parts.X], nthreads))
@@ -373,7 +394,6 @@ class _Fit:
         epoch0 = time.time()
         interval = config.seconds("membership-interval")
         probe_rows = int(config.get("probe-rows"))
-        unresponsive: set[str] = set()  # workers given up on, until heard from again
         next_check = t0 + interval
         for r in range(self.max_iter):
             if self.callbacks:
@@ -432,7 +452,7 @@ class _Fit:
             del futs
             if not helped:
                 helped_rows, by_worker = [0] * P, {}
-            worker_rows = Counter(dict.fromkeys(nthreads, 0))
+            worker_rows = Counter(dict.fromkeys([*nthreads, *sorted(unresponsive)], 0))
             worker_rows.update(by_worker)
             for res in owned:
                 if res.rows:
@@ -596,7 +616,7 @@ class _Fit:
                 logger.info("daskabsp: workers changed; partitions re-balanced: %s", new)
             book.owner = assign = new
         lost = [p for p in stranded if parts.X[p] is owned_by_silent[p]]
-        if lost and not is_dask(self.data[0]):
+        if lost and self.source is not None:
             # In-memory input: the fitting process holds the rows, so the partitions of a
             # silent worker are placed again on the worker they are assigned to now.
             await asyncio.gather(*(self._place_again(parts, book, p, unresponsive)
@@ -608,7 +628,7 @@ class _Fit:
         """Scatter partition ``p``'s rows again to its owner; if that worker is gone by now
         (a killed worker may still have been listed), to another one that answers."""
         try:
-            await move(self.client, parts, p, *self.data, book.owner[p])
+            await move(self.client, parts, p, *self.source, book.owner[p])
             return
         except (OSError, KeyError) as e:  # KeyError: the scheduler no longer knows it
             logger.info("daskabsp: placing partition %d on %s failed (%r); trying another "
@@ -618,7 +638,7 @@ class _Fit:
         if not workers:
             raise OSError(f"no worker left to place partition {p} on")
         book.owner[p] = workers[p % len(workers)]
-        await move(self.client, parts, p, *self.data, book.owner[p])
+        await move(self.client, parts, p, *self.source, book.owner[p])
 
     def _copy_stragglers(self, parts: Partitions, book: PartitionBook, results, quotas,
                          rates: Rates, nthreads, exclude) -> None:
@@ -642,7 +662,7 @@ class _Fit:
                 continue
             w = max(free, key=lambda w: (rates.rate(w, p), w))
             task = asyncio.ensure_future(
-                copy_partition(self.client, parts, p, self.data, w))
+                copy_partition(self.client, parts, p, self.source or self.data, w))
             self._copying[p] = task
             task.add_done_callback(lambda t, p=p: self._copied(p, t))
 
@@ -814,6 +834,14 @@ class _Fit:
             return set()
         return set(await getattr(self.client.scheduler, SILENT_HANDLER)(
             workers=sorted(workers), seconds=config.seconds("unresponsive-after")))
+
+    async def _stuck(self, keys: list) -> set:
+        """Those of ``keys`` waiting on (or held only by) workers silent for
+        ``daskabsp.unresponsive-after`` (none without the scheduler plugin)."""
+        if self.signal != "scheduler":
+            return set()
+        return set(await getattr(self.client.scheduler, STUCK_HANDLER)(
+            keys=keys, seconds=config.seconds("unresponsive-after")))
 
     async def _driver_stop(self, futs, rid: RoundId, quorum: int) -> None:
         done = 0

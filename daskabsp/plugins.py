@@ -43,6 +43,7 @@ from .protocol import (
     SILENT_HANDLER,
     STOP_HANDLER,
     STOP_OP,
+    STUCK_HANDLER,
     RoundId,
 )
 from .runtime import EXTENSION
@@ -207,6 +208,7 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         scheduler.handlers[FORGET_HANDLER] = self.forget_fit
         scheduler.handlers[SETTLED_HANDLER] = self.settled
         scheduler.handlers[SILENT_HANDLER] = self.silent
+        scheduler.handlers[STUCK_HANDLER] = self.stuck
         scheduler.handlers[REPORT_HANDLER] = self.fit_report
         scheduler.handlers[PAGE_STATUS_HANDLER] = self.page_status
         scheduler.stream_handlers[IDLE_OP] = self._idle
@@ -388,6 +390,31 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         if self._stalled(now, seconds):
             return []
         return [w for w in workers if w in ws and now - ws[w].last_seen > seconds]
+
+    def stuck(self, keys=(), seconds: float = 3.0) -> list:
+        """Those of ``keys`` that wait on workers not heard from for ``seconds``: running
+        there, or needing (directly or through the tasks they wait for) a result that only
+        such workers hold."""
+        now = time.time()
+        if self._stalled(now, seconds):
+            return []
+        silent = {ws for ws in self.scheduler.workers.values() if now - ws.last_seen > seconds}
+        if not silent:
+            return []
+        memo: dict = {}
+
+        def waits(ts) -> bool:
+            if ts.key not in memo:
+                memo[ts.key] = False  # (a cycle cannot occur; this only ends the recursion)
+                if ts.state == "memory":
+                    memo[ts.key] = not (ts.who_has or set()) - silent
+                elif ts.state in ("processing", "waiting", "queued", "no-worker"):
+                    memo[ts.key] = ts.processing_on in silent or any(
+                        waits(d) for d in ts.dependencies)
+            return memo[ts.key]
+
+        tasks = self.scheduler.tasks
+        return [k for k in keys if k in tasks and waits(tasks[k])]
 
     def _stalled(self, now: float, seconds: float) -> bool:
         """Whether no worker has been heard from for ``seconds``: the cluster as a whole is

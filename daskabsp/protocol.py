@@ -22,6 +22,7 @@ STOP_HANDLER = "daskabsp_stop"
 #: Scheduler handlers (RPC), called by the fitting process.
 SETTLED_HANDLER = "daskabsp_settled"
 SILENT_HANDLER = "daskabsp_silent"
+STUCK_HANDLER = "daskabsp_stuck"
 ROUND_INFO_HANDLER = "daskabsp_round_info"
 FORGET_HANDLER = "daskabsp_forget_fit"
 REPORT_HANDLER = "daskabsp_fit_report"

@@ -68,6 +68,25 @@ def check_data(X, y, sample_weight, *, needs_y: bool):
     return X, y, sample_weight
 
 
+def check_source(source, X) -> tuple:
+    """``fit``'s ``source``: the in-memory ``(X, y, sample_weight)`` (None where there is
+    none) whose rows a dask ``X`` holds, in the same order."""
+    if not (isinstance(source, tuple) and len(source) == 3):
+        raise ValueError("source must be a tuple (X, y, sample_weight) of in-memory arrays "
+                         f"(None where there is none), got {source!r:.80}.")
+    if any(isinstance(a, da.Array) for a in source):
+        raise ValueError("source must hold in-memory arrays (the rows the dask X was made "
+                         "from), got a dask array.")
+    shape = getattr(source[0], "shape", None)
+    if shape != X.shape:
+        raise ValueError(f"source's X must have the shape of X, {X.shape}, got {shape}.")
+    for name, a in zip(("y", "sample_weight"), source[1:], strict=True):
+        if a is not None and len(a) != X.shape[0]:
+            raise ValueError(f"source's {name} must have one entry per row of X "
+                             f"({X.shape[0]}), got {len(a)}.")
+    return source
+
+
 def _check_dask(X, y, sample_weight, *, needs_y: bool):
     if X.ndim != 2:
         raise ValueError(f"Expected a 2D dask array, got a {X.ndim}D array instead.")

@@ -87,15 +87,17 @@ class EngineMixin(CallbackSupportMixin):
         return callbacks
 
     def _run_engine(self, program, data: FitInput, y, sample_weight, *, max_iter: int,
-                    n_params: int, attributes: Callable[[np.ndarray], dict]
-                    ) -> daskabsp.FitResult:
+                    n_params: int, attributes: Callable[[np.ndarray], dict],
+                    source: tuple | None = None) -> daskabsp.FitResult:
         """Run ``program`` on the engine. ``attributes(coef)`` gives the fitted attributes of
-        the engine's parameters, for the callbacks' ``fitted_estimator`` of each round."""
+        the engine's parameters, for the callbacks' ``fitted_estimator`` of each round;
+        ``source``, the in-memory rows a placed dask input was made from (see
+        :func:`daskabsp.fit`)."""
         res = daskabsp.fit(
             program, data.X, y, sample_weight=sample_weight, sync=self.sync,
             max_iter=max_iter, tol=None, n_partitions=self._n_partitions(data, n_params),
             quota=self.quota, chunk_target=self._chunk_target(program, data),
-            callback=self._round_callbacks(attributes),
+            callback=self._round_callbacks(attributes), source=source,
         )
         if inspect.isawaitable(res):
             res.close()

@@ -13,7 +13,7 @@ from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils import check_array, check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from daskabsp import get_client
+from daskabsp import answering_workers, get_client
 from daskabsp.programs import LloydKMeans, squared_distances
 
 from ._callbacks import fit_with_callbacks
@@ -41,7 +41,7 @@ def _scattered(client, a, rows: tuple[int, ...]):
     """``a`` as a dask array of row chunks of ``rows`` rows, each scattered to a worker."""
     bounds = np.cumsum((0, *rows))
     futures = client.scatter([a[i:j] for i, j in itertools.pairwise(bounds)],
-                             hash=False)
+                             hash=False, workers=answering_workers(client=client))
     meta = a[:0]
     return da.concatenate([da.from_delayed(f, shape=(n, *a.shape[1:]), dtype=a.dtype, meta=meta)
                            for f, n in zip(futures, rows, strict=True)])
@@ -322,8 +322,11 @@ default="k-means++"
             C0 = given if given is not None else self._initial_centers(Xd, wd, rng)
             program = LloydKMeans(initial_centers=C0, tol=self.tol * scale)
             placed = FitInput(Xd, None, wd, True)
+            # in-memory rows: a partition on a worker that stops answering is scattered
+            # again from them
+            source = None if data.lazy else (data.X, None, data.sample_weight)
             res = self._run_engine(program, placed, None, wd, max_iter=self.max_iter,
-                                   n_params=C0.size,
+                                   n_params=C0.size, source=source,
                                    attributes=lambda c: {"cluster_centers_": c})
             centers = res.state.centers
             if data.lazy:

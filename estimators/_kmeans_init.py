@@ -25,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.cluster import KMeans as _LocalKMeans
 
+from daskabsp import answering_workers, compute_answering, stuck_keys
 from daskabsp.programs import squared_distances
 
 from ._row_draws import (
@@ -103,11 +104,17 @@ def _nearest_weights(X, w, cand: Candidates):
     return np.bincount(labels, weights=w, minlength=cand.centers.shape[0])
 
 
+def _ready(_) -> bool:
+    return True
+
+
 class BlockDraws:
     """Content-decided draws of rows over the row blocks of the persisted dask array ``Xd``.
 
     Creating one runs the one-off pass that hashes the rows and totals the weights of equal
-    rows (kept on the workers as long as this object lives).
+    rows (kept on the workers as long as this object lives). A block whose rows only a worker
+    that stopped answering holds (frozen; see :func:`daskabsp.compute_answering`) is left out
+    of the draws from then on: the initial centers come from the other blocks' rows.
 
     Parameters
     ----------
@@ -125,37 +132,74 @@ class BlockDraws:
         self.weights = (list(wd.to_delayed().ravel()) if wd is not None
                         else [None] * len(self.blocks))
         self.seed = int(seed)
-        analyse = dask.delayed(_analyse, pure=True)
-        rows = [analyse(b, w) for b, w in zip(self.blocks, self.weights, strict=True)]
+        self.alive = list(range(len(self.blocks)))  # blocks whose rows can be read
+        self.rows: dict = {}
+        for attempt in range(len(self.blocks) + 1):
+            rows = self._analysis(pure=attempt == 0)
+            ok = compute_answering([dask.delayed(_ready)(r) for r in rows.values()],
+                                   client=self.client, workers=answering_workers())
+            if all(ok):
+                self.rows = rows
+                return
+            self._drop_unreadable()
+        raise RuntimeError("the rows could not be read: their workers stopped answering")
+
+    def _analysis(self, *, pure: bool) -> dict:
+        """Per block still read, its distinct rows (persisted); values whose rows span
+        several blocks get their total weight from a tree reduction of the blocks' tables."""
+        analyse = dask.delayed(_analyse, pure=pure)
+        rows = [analyse(self.blocks[i], self.weights[i]) for i in self.alive]
         if len(rows) > 1:
-            tables = [dask.delayed(WeightTable.of, pure=True)(r) for r in rows]
-            total = reduce_tree(tables, dask.delayed(merge_tables, pure=True))
-            shared = dask.delayed(shared_values, pure=True)(total)
-            rows = [dask.delayed(with_shared, pure=True)(r, shared) for r in rows]
-        self.rows = self.client.persist(rows)
+            tables = [dask.delayed(WeightTable.of, pure=pure)(r) for r in rows]
+            total = reduce_tree(tables, dask.delayed(merge_tables, pure=pure))
+            shared = dask.delayed(shared_values, pure=pure)(total)
+            rows = [dask.delayed(with_shared, pure=pure)(r, shared) for r in rows]
+        return dict(zip(self.alive, self.client.persist(rows, workers=answering_workers()),
+                        strict=True))
+
+    def _drop_unreadable(self, candidates=None) -> None:
+        """Leave out of the draws the blocks (of ``candidates``, default all still read)
+        whose rows or weights only workers that stopped answering hold."""
+        candidates = self.alive if candidates is None else candidates
+        keys = {i: [d.key for d in (self.blocks[i], self.weights[i]) if d is not None]
+                for i in candidates}
+        stuck = stuck_keys([k for ks in keys.values() for k in ks], client=self.client)
+        gone = {i for i, ks in keys.items() if stuck & set(ks)} or set(candidates)
+        self.alive = [i for i in self.alive if i not in gone]
+        if not self.alive:
+            raise RuntimeError("the rows could not be read: their workers stopped answering")
+
+    def _pass(self, func, cand: Candidates, *args) -> list:
+        """``func(block, rows or weights, shared candidates, *args)`` over the blocks still
+        read; a block whose task waits on a silent worker is dropped from this pass and the
+        next ones."""
+        shared = self._share(cand)
+        blocks = list(self.alive)
+        f = dask.delayed(func, pure=False)
+        got = compute_answering(
+            [f(self.blocks[i], self.rows[i] if func is _top_rows else self.weights[i],
+               shared, *args) for i in blocks],
+            client=self.client, workers=answering_workers())
+        lost = [i for i, g in zip(blocks, got, strict=True) if g is None]
+        if lost:
+            self._drop_unreadable(lost)
+        return [g for g in got if g is not None]
 
     def _share(self, cand: Candidates):
         """``cand`` scattered once for a pass whose every block task takes it: passed as an
         argument, each task of the graph would carry its own copy (megabytes for hundreds of
         clusters)."""
-        return self.client.scatter(cand, hash=False)
+        return self.client.scatter(cand, hash=False, workers=answering_workers())
 
     def draw(self, cand: Candidates, stream: int, m: int) -> Candidates:
         """``m`` values not in ``cand`` (fewer if fewer are left), drawn with probabilities
         proportional to weight times squared distance to ``cand`` (to weight alone when
         ``cand`` is empty); returned in increasing order of arrival."""
-        top = dask.delayed(_top_rows, pure=False)
-        shared = self._share(cand)
-        offers = dask.compute(*[top(b, r, shared, self.seed, stream, m)
-                                for b, r in zip(self.blocks, self.rows, strict=True)])
-        return merge_offers(offers, m)
+        return merge_offers(self._pass(_top_rows, cand, self.seed, stream, m), m)
 
     def nearest_weights(self, cand: Candidates) -> np.ndarray:
         """Total weight of the rows nearest to each candidate."""
-        nearest = dask.delayed(_nearest_weights, pure=False)
-        shared = self._share(cand)
-        return np.sum(dask.compute(*[nearest(b, w, shared) for b, w in
-                                     zip(self.blocks, self.weights, strict=True)]), axis=0)
+        return np.sum(self._pass(_nearest_weights, cand), axis=0)
 
 
 def _join(a: Candidates, b: Candidates) -> Candidates:

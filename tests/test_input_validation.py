@@ -62,3 +62,23 @@ def test_dask_input_with_nan_is_rejected(client, xy):
     X, y = _nan(*xy)
     with pytest.raises(ValueError, match="NaN or infinity"):
         fit(LogisticGD(), da.from_array(X, chunks=(500, 4)), y)
+
+
+@pytest.mark.parametrize(
+    "source, match",
+    [
+        (lambda X, y: (X,), "source must be a tuple \\(X, y, sample_weight\\)"),
+        (lambda X, y: (X[:10], y, None),
+         "source's X must have the shape of X, \\(2000, 4\\), got \\(10, 4\\)"),
+        (lambda X, y: (X, y[:5], None),
+         "source's y must have one entry per row of X \\(2000\\), got 5"),
+    ],
+)
+def test_bad_source_raises_before_submitting(client, xy, source, match):
+    import dask.array as da
+
+    X, y = xy
+    before = set(client.run_on_scheduler(daskabsp_keys))
+    with pytest.raises(ValueError, match=match):
+        fit(LogisticGD(), da.from_array(X, chunks=(500, 4)), y, source=source(X, y))
+    assert set(client.run_on_scheduler(daskabsp_keys)) <= before

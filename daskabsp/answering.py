@@ -1,0 +1,104 @@
+"""Plain Dask computations that do not wait for a frozen worker.
+
+An estimator's passes outside the rounds (k-means|| draws, say) are ordinary Dask graphs: one
+frozen worker holding a block, or running its task, holds up the whole ``dask.compute`` until
+it resumes. :func:`compute_answering` gives up on the collections that wait on such a worker
+(silent for ``daskabsp.unresponsive-after``, as the rounds judge it) and returns the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import distributed
+
+from . import config
+from .caller import seceded
+from .partitions import wait_all
+from .plugins import ensure_plugins
+from .protocol import SILENT_HANDLER, STUCK_HANDLER
+
+
+def compute_answering(collections: list, *, client: distributed.Client | None = None,
+                      workers: list[str] | None = None) -> list:
+    """``dask.compute(*collections)`` on ``client``'s cluster, except that a collection whose
+    result waits on a worker not heard from for ``daskabsp.unresponsive-after`` (running its
+    task, or the only worker holding data it needs) is given up: None in its place.
+
+    Parameters
+    ----------
+    collections : list of dask collections
+        What to compute (delayed objects, dask arrays...).
+    client : distributed.Client, optional
+        Default: the current client.
+    workers : list of str, optional
+        Run the tasks only there (e.g. :func:`answering_workers`).
+
+    Returns
+    -------
+    list
+        The computed results, in order; None for those given up on. Without daskabsp's
+        scheduler plugin (the scheduler cannot import daskabsp) nothing is given up.
+    """
+    client = client if client is not None else distributed.get_client()
+    futures = client.compute(list(collections), workers=workers)
+    with seceded():
+        return client.sync(_gather_answering, client, futures)
+
+
+def answering_workers(*, client: distributed.Client | None = None) -> list[str]:
+    """The workers of ``client``'s cluster heard from within ``daskabsp.unresponsive-after``
+    (all of them without daskabsp's scheduler plugin)."""
+    client = client if client is not None else distributed.get_client()
+    return client.sync(_answering, client)
+
+
+def stuck_keys(keys: list, *, client: distributed.Client | None = None) -> set:
+    """Those of ``keys`` (of tasks or data) that wait on, or are held only by, workers not
+    heard from for ``daskabsp.unresponsive-after``."""
+    client = client if client is not None else distributed.get_client()
+    return client.sync(_stuck, client, list(keys))
+
+
+async def _answering(client) -> list[str]:
+    workers = sorted(await client.scheduler.ncores())
+    if await ensure_plugins(client) != "scheduler":
+        return workers
+    silent = set(await getattr(client.scheduler, SILENT_HANDLER)(
+        workers=workers, seconds=config.seconds("unresponsive-after")))
+    return [w for w in workers if w not in silent]
+
+
+async def _stuck(client, keys: list) -> set:
+    if await ensure_plugins(client) != "scheduler":
+        return set()
+    return set(await getattr(client.scheduler, STUCK_HANDLER)(
+        keys=keys, seconds=config.seconds("unresponsive-after")))
+
+
+async def _gather_answering(client, futures: list) -> list:
+    if await ensure_plugins(client) != "scheduler":
+        return await _wait_and_gather(client, futures)
+    seconds = config.seconds("unresponsive-after")
+    given_up: set = set()
+    while True:
+        live = [f for f in futures if f.key not in given_up]
+        task = asyncio.ensure_future(_wait_and_gather(client, live))
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=min(0.5, seconds / 4))
+            if done:
+                break
+            # waiting to run, or (finished just before its worker froze) to be fetched
+            stuck = await _stuck(client, [f.key for f in live])
+            if stuck:
+                task.cancel()
+                given_up |= stuck
+                break
+        if done:
+            it = iter(task.result())
+            return [None if f.key in given_up else next(it) for f in futures]
+
+
+async def _wait_and_gather(client, futures: list) -> list:
+    await wait_all(client, futures)
+    return await client.gather(futures, asynchronous=True)

@@ -1,0 +1,70 @@
+"""Plain Dask passes (an estimator's initialisation, the engine's placement) do not wait for a
+frozen worker: what waits on it is given up, the rest is computed, and a KMeans fit returns
+while the worker is still stopped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from sklearn.datasets import make_blobs
+
+from daskabsp import answering_workers, compute_answering, stuck_keys
+from daskabsp.estimators import KMeans
+from daskabsp.estimators._kmeans_init import BlockDraws, Candidates
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs POSIX signals")
+
+
+def _total(a) -> float:
+    return float(np.sum(a))
+
+
+def test_passes_and_fits_go_around_a_frozen_worker():
+    X, _ = make_blobs(30_000, 4, centers=5, random_state=0)
+    blocks = np.array_split(X, 3)
+    with dask.config.set({"daskabsp.unresponsive-after": "1s"}), \
+            LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
+                         dashboard_address=":0") as cluster, Client(cluster) as client:
+        workers = sorted(client.scheduler_info()["workers"])
+        futs = [client.scatter(b, workers=[w]) for b, w in zip(blocks, workers, strict=True)]
+        reference = KMeans(5, random_state=0).fit(X)
+        pid = client.run(os.getpid)[workers[0]]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 30  # until the scheduler has missed its heartbeats
+            while workers[0] in answering_workers() and time.monotonic() < deadline:
+                pass
+            assert answering_workers() == workers[1:]
+            # the block only the frozen worker holds, and a task that needs it, are stuck
+            total = dask.delayed(_total)
+            assert stuck_keys([f.key for f in futs]) == {futs[0].key}
+            got = compute_answering([total(f) for f in futs], workers=answering_workers())
+            assert got[0] is None
+            assert got[1:] == pytest.approx([b.sum() for b in blocks[1:]])
+            # k-means|| draws leave that block out and draw from the others
+            Xd = da.concatenate([da.from_delayed(f, shape=b.shape, dtype=b.dtype)
+                                 for f, b in zip(futs, blocks, strict=True)])
+            draws = BlockDraws(Xd, None, seed=1)
+            assert draws.alive == [1, 2]
+            empty = Candidates(np.zeros((0, 4)), np.zeros(0, dtype=np.uint64))
+            drawn = draws.draw(empty, 0, 20)
+            assert drawn.centers.shape == (20, 4)
+            rest = np.vstack(blocks[1:])
+            assert all((rest == c).all(axis=1).any() for c in drawn.centers)
+            # a whole KMeans fit returns with the worker still stopped, at the same centers
+            # (its draws depend on the rows' values, not on where they are)
+            est = KMeans(5, random_state=0).fit(X)
+            assert workers[0] not in set(est.history_.worker.values.ravel())
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    order = np.lexsort(est.cluster_centers_.T)
+    ref_order = np.lexsort(reference.cluster_centers_.T)
+    np.testing.assert_allclose(est.cluster_centers_[order],
+                               reference.cluster_centers_[ref_order], rtol=1e-6)
