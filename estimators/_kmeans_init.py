@@ -134,6 +134,8 @@ class BlockDraws:
         self.seed = int(seed)
         self.alive = list(range(len(self.blocks)))  # blocks whose rows can be read
         self.rows: dict = {}
+        # A retry runs with fresh keys on the workers answering by then: a reduction task
+        # that waited on a silent worker is not waited for again.
         for attempt in range(len(self.blocks) + 1):
             rows = self._analysis(pure=attempt == 0)
             ok = compute_answering([dask.delayed(_ready)(r) for r in rows.values()],
@@ -164,26 +166,32 @@ class BlockDraws:
         keys = {i: [d.key for d in (self.blocks[i], self.weights[i]) if d is not None]
                 for i in candidates}
         stuck = stuck_keys([k for ks in keys.values() for k in ks], client=self.client)
-        gone = {i for i, ks in keys.items() if stuck & set(ks)} or set(candidates)
-        self.alive = [i for i in self.alive if i not in gone]
+        self.alive = [i for i in self.alive if not stuck & set(keys.get(i, ()))]
         if not self.alive:
             raise RuntimeError("the rows could not be read: their workers stopped answering")
 
     def _pass(self, func, cand: Candidates, *args) -> list:
         """``func(block, rows or weights, shared candidates, *args)`` over the blocks still
-        read; a block whose task waits on a silent worker is dropped from this pass and the
-        next ones."""
-        shared = self._share(cand)
-        blocks = list(self.alive)
-        f = dask.delayed(func, pure=False)
-        got = compute_answering(
-            [f(self.blocks[i], self.rows[i] if func is _top_rows else self.weights[i],
-               shared, *args) for i in blocks],
-            client=self.client, workers=answering_workers())
-        lost = [i for i, g in zip(blocks, got, strict=True) if g is None]
-        if lost:
-            self._drop_unreadable(lost)
-        return [g for g in got if g is not None]
+        read, in block order. A block whose rows only a silent worker holds is dropped from
+        this pass and the next ones; one whose task waited on a silent worker for another
+        reason (the shared candidates were there) is run again on the answering workers."""
+        out: dict = {}
+        for _ in range(len(self.blocks) + 1):
+            todo = [i for i in self.alive if i not in out]
+            if not todo:
+                break
+            shared = self._share(cand)
+            f = dask.delayed(func, pure=False)
+            got = compute_answering(
+                [f(self.blocks[i], self.rows[i] if func is _top_rows else self.weights[i],
+                   shared, *args) for i in todo],
+                client=self.client, workers=answering_workers())
+            out.update((i, g) for i, g in zip(todo, got, strict=True) if g is not None)
+            if len(out) < len(todo):
+                self._drop_unreadable([i for i in todo if i not in out])
+        else:  # still waiting on silent workers after every retry: go on without them
+            self.alive = [i for i in self.alive if i in out]
+        return [out[i] for i in self.alive]
 
     def _share(self, cand: Candidates):
         """``cand`` scattered once for a pass whose every block task takes it: passed as an

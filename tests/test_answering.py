@@ -26,6 +26,19 @@ def _total(a) -> float:
     return float(np.sum(a))
 
 
+class _SharedOnFrozen(BlockDraws):
+    """Draws whose first pass reads the shared candidates from a given future (placed on the
+    worker that will freeze): as when they were scattered there just before it froze."""
+
+    first = None
+
+    def _share(self, cand):
+        if self.first is not None:
+            shared, self.first = self.first, None
+            return shared
+        return super()._share(cand)
+
+
 def test_passes_and_fits_go_around_a_frozen_worker():
     X, _ = make_blobs(30_000, 4, centers=5, random_state=0)
     blocks = np.array_split(X, 3)
@@ -34,6 +47,8 @@ def test_passes_and_fits_go_around_a_frozen_worker():
                          dashboard_address=":0") as cluster, Client(cluster) as client:
         workers = sorted(client.scheduler_info()["workers"])
         futs = [client.scatter(b, workers=[w]) for b, w in zip(blocks, workers, strict=True)]
+        empty = Candidates(np.zeros((0, 4)), np.zeros(0, dtype=np.uint64))
+        shared_on_frozen = client.scatter(empty, workers=[workers[0]])
         reference = KMeans(5, random_state=0).fit(X)
         pid = client.run(os.getpid)[workers[0]]
         os.kill(pid, signal.SIGSTOP)
@@ -53,11 +68,17 @@ def test_passes_and_fits_go_around_a_frozen_worker():
                                  for f, b in zip(futs, blocks, strict=True)])
             draws = BlockDraws(Xd, None, seed=1)
             assert draws.alive == [1, 2]
-            empty = Candidates(np.zeros((0, 4)), np.zeros(0, dtype=np.uint64))
             drawn = draws.draw(empty, 0, 20)
             assert drawn.centers.shape == (20, 4)
             rest = np.vstack(blocks[1:])
             assert all((rest == c).all(axis=1).any() for c in drawn.centers)
+            # a pass whose shared candidates only the frozen worker holds is run again
+            # (the blocks themselves are readable): the same draw
+            retried = _SharedOnFrozen(Xd, None, seed=1)
+            retried.first = shared_on_frozen
+            again = retried.draw(empty, 0, 20)
+            assert retried.alive == [1, 2] and retried.first is None
+            np.testing.assert_array_equal(again.centers, drawn.centers)
             # a whole KMeans fit returns with the worker still stopped, at the same centers
             # (its draws depend on the rows' values, not on where they are)
             est = KMeans(5, random_state=0).fit(X)
