@@ -617,8 +617,9 @@ class _Fit:
             book.owner = assign = new
         lost = [p for p in stranded if parts.X[p] is owned_by_silent[p]]
         if lost and self.source is not None:
-            # In-memory input: the fitting process holds the rows, so the partitions of a
-            # silent worker are placed again on the worker they are assigned to now.
+            # In-memory input (or the source a dask input was made from): the fitting
+            # process holds the rows, so the partitions of a silent worker are placed again
+            # on the worker they are assigned to now.
             await asyncio.gather(*(self._place_again(parts, book, p, unresponsive)
                                    for p in lost))
         return nthreads
