@@ -57,23 +57,31 @@ def stuck_keys(keys: list, *, client: distributed.Client | None = None) -> set:
     """Those of ``keys`` (of tasks or data) that wait on, or are held only by, workers not
     heard from for ``daskabsp.unresponsive-after``."""
     client = client if client is not None else distributed.get_client()
-    return client.sync(_stuck, client, list(keys))
+    return client.sync(stuck_of, client, list(keys))
+
+
+async def silent_of(client, workers) -> set[str]:
+    """Those of ``workers`` not heard from for ``daskabsp.unresponsive-after``, judged on
+    the scheduler's clock (none without daskabsp's scheduler plugin)."""
+    if await ensure_plugins(client) != "scheduler":
+        return set()
+    return set(await getattr(client.scheduler, SILENT_HANDLER)(
+        workers=sorted(workers), seconds=config.seconds("unresponsive-after")))
+
+
+async def stuck_of(client, keys) -> set:
+    """Those of ``keys`` waiting on (or held only by) workers not heard from for
+    ``daskabsp.unresponsive-after`` (none without daskabsp's scheduler plugin)."""
+    if await ensure_plugins(client) != "scheduler":
+        return set()
+    return set(await getattr(client.scheduler, STUCK_HANDLER)(
+        keys=list(keys), seconds=config.seconds("unresponsive-after")))
 
 
 async def _answering(client) -> list[str]:
     workers = sorted(await client.scheduler.ncores())
-    if await ensure_plugins(client) != "scheduler":
-        return workers
-    silent = set(await getattr(client.scheduler, SILENT_HANDLER)(
-        workers=workers, seconds=config.seconds("unresponsive-after")))
-    return [w for w in workers if w not in silent]
-
-
-async def _stuck(client, keys: list) -> set:
-    if await ensure_plugins(client) != "scheduler":
-        return set()
-    return set(await getattr(client.scheduler, STUCK_HANDLER)(
-        keys=keys, seconds=config.seconds("unresponsive-after")))
+    quiet = await silent_of(client, workers)
+    return [w for w in workers if w not in quiet]
 
 
 async def _gather_answering(client, futures: list) -> list:
@@ -89,7 +97,7 @@ async def _gather_answering(client, futures: list) -> list:
             if done:
                 break
             # waiting to run, or (finished just before its worker froze) to be fetched
-            stuck = await _stuck(client, [f.key for f in live])
+            stuck = await stuck_of(client, [f.key for f in live])
             if stuck:
                 task.cancel()
                 given_up |= stuck

@@ -19,6 +19,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import dask
@@ -32,6 +33,7 @@ from distributed.client import FutureCancelledError
 from distributed.scheduler import KilledWorker
 
 from . import config, coverage
+from .answering import silent_of, stuck_of
 from .book import PartitionBook, balance
 from .callbacks import (
     CallbackArg,
@@ -58,7 +60,7 @@ from .partitions import (
 from .plugins import ensure_plugins, stop_on_worker
 from .policies import Policy, as_policy
 from .programs.base import PartitionStats, Program
-from .protocol import FORGET_HANDLER, SETTLED_HANDLER, SILENT_HANDLER, STUCK_HANDLER, RoundId
+from .protocol import FORGET_HANDLER, SETTLED_HANDLER, RoundId
 from .rates import Rates
 from .reporting import FitReporter, open_reporter
 from .runtime import PartialResult, run_partition, run_pieces
@@ -291,7 +293,8 @@ class _Fit:
         if any(c == 0 for c in chunks):
             raise ValueError("X has an empty row chunk; every partition needs at least one row.")
         t_place = time.perf_counter()
-        parts = await place(client, X, y, sw, chunks, silent=self._silent, stuck=self._stuck,
+        parts = await place(client, X, y, sw, chunks, silent=partial(silent_of, client),
+                            stuck=partial(stuck_of, client),
                             source=self.source if is_dask(X) else None)
         self._place_seconds = time.perf_counter() - t_place
         status = "failed"
@@ -367,7 +370,7 @@ class _Fit:
         N = int(sum(sizes))
         state = program.init(parts.n_features, N)
         # workers silent already (frozen while the input was made) get no partition
-        unresponsive = await self._silent(nthreads)
+        unresponsive = await silent_of(self.client, nthreads)
         nthreads = {w: n for w, n in nthreads.items() if w not in unresponsive} or nthreads
         who = await client.scheduler.who_has(keys=[f.key for f in parts.X])
         book = PartitionBook(sizes, self._quotas(sizes), balance(
@@ -441,7 +444,7 @@ class _Fit:
                     await client.cancel(futs)
                     if any(f.status != "finished" for f in parts.futures):
                         parts = await place(client, *self.data, sizes,
-                                            silent=self._silent)
+                                            silent=partial(silent_of, self.client))
                     if attempt == _ROUND_ATTEMPTS - 1:
                         raise
                 except asyncio.CancelledError:  # Ctrl-C, or the caller cancelled the fit
@@ -584,7 +587,7 @@ class _Fit:
             members = asyncio.ensure_future(client.scheduler.ncores())
         live = await members if members is not None else nthreads
         if members is not None and unresponsive:
-            unresponsive &= await self._silent(unresponsive)  # who answers rejoins
+            unresponsive &= await silent_of(self.client, unresponsive)  # who answers rejoins
         owned_by_silent = list(parts.X)
         newly = (self.silent_helpers | set(late.values())) - unresponsive
         if self.silent_helpers:
@@ -815,7 +818,7 @@ class _Fit:
                     out.update(zip((f.key for f in futs), gather.result(), strict=True))
                     return out, lost
                 who = await self.client.scheduler.who_has(keys=[f.key for f in futs])
-                silent = await self._silent({w for ws in who.values() for w in ws})
+                silent = await silent_of(self.client, {w for ws in who.values() for w in ws})
                 gone = {f.key: who[f.key][0] for f in futs
                         if who.get(f.key) and set(who[f.key]) <= silent}
                 if gone:
@@ -826,23 +829,6 @@ class _Fit:
             lost.update(gone)
             futs = [f for f in futs if f.key not in gone]
         return out, lost
-
-    async def _silent(self, workers) -> set[str]:
-        """Those of ``workers`` still in the cluster and not heard from for
-        ``daskabsp.unresponsive-after`` (judged on the scheduler's clock; none without the
-        scheduler plugin)."""
-        if self.signal != "scheduler":
-            return set()
-        return set(await getattr(self.client.scheduler, SILENT_HANDLER)(
-            workers=sorted(workers), seconds=config.seconds("unresponsive-after")))
-
-    async def _stuck(self, keys: list) -> set:
-        """Those of ``keys`` waiting on (or held only by) workers silent for
-        ``daskabsp.unresponsive-after`` (none without the scheduler plugin)."""
-        if self.signal != "scheduler":
-            return set()
-        return set(await getattr(self.client.scheduler, STUCK_HANDLER)(
-            keys=keys, seconds=config.seconds("unresponsive-after")))
 
     async def _driver_stop(self, futs, rid: RoundId, quorum: int) -> None:
         done = 0

@@ -385,20 +385,15 @@ class AbspSchedulerPlugin(SchedulerPlugin):
 
     def silent(self, workers=(), seconds: float = 3.0) -> list[str]:
         """Those of ``workers`` still in the cluster and not heard from for ``seconds``
-        (none while no worker at all has been: see :meth:`_stalled`)."""
-        now, ws = time.time(), self.scheduler.workers
-        if self._stalled(now, seconds):
-            return []
-        return [w for w in workers if w in ws and now - ws[w].last_seen > seconds]
+        (none while no worker at all has been: see :meth:`_silent_now`)."""
+        quiet = {ws.address for ws in self._silent_now(seconds)}
+        return [w for w in workers if w in quiet]
 
     def stuck(self, keys=(), seconds: float = 3.0) -> list:
         """Those of ``keys`` that wait on workers not heard from for ``seconds``: running
         there, or needing (directly or through the tasks they wait for) a result that only
         such workers hold."""
-        now = time.time()
-        if self._stalled(now, seconds):
-            return []
-        silent = {ws for ws in self.scheduler.workers.values() if now - ws.last_seen > seconds}
+        silent = self._silent_now(seconds)
         if not silent:
             return []
         memo: dict = {}
@@ -416,24 +411,24 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         tasks = self.scheduler.tasks
         return [k for k in keys if k in tasks and waits(tasks[k])]
 
-    def _stalled(self, now: float, seconds: float) -> bool:
-        """Whether no worker has been heard from for ``seconds``: the cluster as a whole is
-        held up (every worker importing the modules a fit's first tasks need, or this
-        scheduler's own event loop blocked), not one worker frozen; giving up on all of them
-        would leave no one to move their rows to."""
-        return all(now - ws.last_seen > seconds for ws in self.scheduler.workers.values())
+    def _silent_now(self, seconds: float) -> set:
+        """The workers not heard from for ``seconds``; none if that is every worker: then the
+        cluster as a whole is held up (every worker importing the modules a fit's first tasks
+        need, or this scheduler's own event loop blocked), not one worker frozen, and giving
+        up on all of them would leave no one to move their rows to."""
+        now, workers = time.time(), self.scheduler.workers.values()
+        quiet = {ws for ws in workers if now - ws.last_seen > seconds}
+        return set() if len(quiet) == len(workers) else quiet
 
     def _on_unresponsive(self, r: _Round, seconds: float) -> list:
         """``[(key, worker), ...]`` of the open tasks of ``r`` if every one of them is on a
         worker not heard from for ``seconds``; ``[]`` otherwise."""
-        now, out = time.time(), []
-        if self._stalled(now, seconds):
-            return []
+        quiet, out = self._silent_now(seconds), []
         tasks = self.scheduler.tasks
         for key in r.open:
             ts = tasks.get(key)
             ws = ts.processing_on if ts is not None else None
-            if ws is None or now - ws.last_seen <= seconds:
+            if ws not in quiet:
                 return []
             out.append((key, ws.address))
         return out

@@ -170,8 +170,8 @@ class BlockDraws:
         if not self.alive:
             raise RuntimeError("the rows could not be read: their workers stopped answering")
 
-    def _pass(self, func, cand: Candidates, *args) -> list:
-        """``func(block, rows or weights, shared candidates, *args)`` over the blocks still
+    def _pass(self, func, per_block, cand: Candidates, *args) -> list:
+        """``func(block, per_block[i], shared candidates, *args)`` over the blocks still
         read, in block order. A block whose rows only a silent worker holds is dropped from
         this pass and the next ones; one whose task waited on a silent worker for another
         reason (the shared candidates were there) is run again on the answering workers."""
@@ -183,12 +183,12 @@ class BlockDraws:
             shared = self._share(cand)
             f = dask.delayed(func, pure=False)
             got = compute_answering(
-                [f(self.blocks[i], self.rows[i] if func is _top_rows else self.weights[i],
-                   shared, *args) for i in todo],
+                [f(self.blocks[i], per_block[i], shared, *args) for i in todo],
                 client=self.client, workers=answering_workers())
             out.update((i, g) for i, g in zip(todo, got, strict=True) if g is not None)
-            if len(out) < len(todo):
-                self._drop_unreadable([i for i in todo if i not in out])
+            missing = [i for i in todo if i not in out]
+            if missing:
+                self._drop_unreadable(missing)
         else:  # still waiting on silent workers after every retry: go on without them
             self.alive = [i for i in self.alive if i in out]
         return [out[i] for i in self.alive]
@@ -203,11 +203,11 @@ class BlockDraws:
         """``m`` values not in ``cand`` (fewer if fewer are left), drawn with probabilities
         proportional to weight times squared distance to ``cand`` (to weight alone when
         ``cand`` is empty); returned in increasing order of arrival."""
-        return merge_offers(self._pass(_top_rows, cand, self.seed, stream, m), m)
+        return merge_offers(self._pass(_top_rows, self.rows, cand, self.seed, stream, m), m)
 
     def nearest_weights(self, cand: Candidates) -> np.ndarray:
         """Total weight of the rows nearest to each candidate."""
-        return np.sum(self._pass(_nearest_weights, cand), axis=0)
+        return np.sum(self._pass(_nearest_weights, self.weights, cand), axis=0)
 
 
 def _join(a: Candidates, b: Candidates) -> Candidates:

@@ -5,10 +5,12 @@ while it is still stopped."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 
 import dask
 import numpy as np
@@ -21,6 +23,24 @@ import daskabsp
 from daskabsp.programs import LinearNewton
 
 
+@contextlib.contextmanager
+def _cluster(n_workers: int, unresponsive_after: str) -> Iterator[Client]:
+    """A client on ``n_workers`` single-threaded worker processes, with a worker given up
+    on after ``unresponsive_after`` of silence."""
+    with dask.config.set({"daskabsp.unresponsive-after": unresponsive_after}), \
+            LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                         dashboard_address=":0") as cluster, Client(cluster) as client:
+        yield client
+
+
+def _problem(n_samples: int, n_features: int, n_informative: int):
+    """Binary classification rows, and the Newton program fitting scikit-learn's objective."""
+    X, y = make_classification(n_samples, n_features, n_informative=n_informative,
+                               random_state=0)
+    y = y.astype(float)
+    return X, y, LinearNewton(l2=1.0 / len(y), tol=1e-6)
+
+
 def _processing(dask_scheduler=None) -> list:
     return [str(k) for k, ts in dask_scheduler.tasks.items() if ts.state == "processing"]
 
@@ -28,13 +48,9 @@ def _processing(dask_scheduler=None) -> list:
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs POSIX signals")
 def test_frozen_worker_does_not_hold_up_the_fit():
-    X, y = make_classification(60_000, 20, n_informative=10, random_state=0)
-    y = y.astype(float)
+    X, y, program = _problem(60_000, 20, 10)
     ref = sk_linear.LogisticRegression(tol=1e-10, max_iter=1000).fit(X, y)
-    program = LinearNewton(l2=1.0 / len(y), tol=1e-6)
-    with dask.config.set({"daskabsp.unresponsive-after": "2s"}), \
-            LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
-                         dashboard_address=":0") as cluster, Client(cluster) as client:
+    with _cluster(3, "2s") as client:
         pids = client.run(os.getpid)
         frozen = sorted(pids)[0]
         stopped_at: list[float] = []
@@ -86,12 +102,8 @@ def test_placement_goes_around_a_frozen_worker():
     (the worker plugin reaches it when it resumes), the rows scattered to it go to another
     worker once it has been silent for ``unresponsive-after``, and the fit ends with it still
     stopped, having given it no rows to scan."""
-    X, y = make_classification(30_000, 10, n_informative=5, random_state=0)
-    y = y.astype(float)
-    program = LinearNewton(l2=1.0 / len(y), tol=1e-6)
-    with dask.config.set({"daskabsp.unresponsive-after": "1s"}), \
-            LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
-                         dashboard_address=":0") as cluster, Client(cluster) as client:
+    X, y, program = _problem(30_000, 10, 5)
+    with _cluster(3, "1s") as client:
         pids = client.run(os.getpid)
         frozen = sorted(pids)[0]
         os.kill(pids[frozen], signal.SIGSTOP)
@@ -119,12 +131,8 @@ def test_a_cluster_held_up_as_a_whole_is_waited_for():
     """Every worker silent at once (as when all of them import the modules of a fit's first
     tasks, on a loaded machine): no task is given up, since no worker would be left to take
     its rows, and the fit goes on where it was once they answer."""
-    X, y = make_classification(20_000, 10, n_informative=5, random_state=0)
-    y = y.astype(float)
-    program = LinearNewton(l2=1.0 / len(y), tol=1e-6)
-    with dask.config.set({"daskabsp.unresponsive-after": "0.5s"}), \
-            LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                         dashboard_address=":0") as cluster, Client(cluster) as client:
+    X, y, program = _problem(20_000, 10, 5)
+    with _cluster(2, "0.5s") as client:
         pids = sorted(client.run(os.getpid).values())
         resume = threading.Timer(2.5, lambda: [os.kill(p, signal.SIGCONT) for p in pids])
 
