@@ -52,51 +52,66 @@ def plan(leftovers: Sequence[Leftover], speed: Mapping[str, float],
          threads: Mapping[str, int], *, min_rows: int = 1,
          cost: Mapping[int, float] | None = None) -> list[Piece]:
     """Split ``leftovers`` into pieces for the workers in ``speed`` (rows per second per
-    thread), so that each worker's share follows its speed times its ``threads``.
+    thread) so that they finish together where their copies allow: a worker's share follows
+    its speed times its ``threads``, less what it already scans of other leftovers.
 
     ``cost`` (partition -> relative cost of one of its rows, 1 if absent) makes a row of a
     costly partition count for more of a worker's time: ``speed`` is then in rows of cost 1.
 
     Workers not in ``speed`` (gone, silent) get nothing; a leftover none of whose holders is
     in ``speed`` gets no piece. A worker's share of a partition below ``min_rows`` rows goes
-    to the partition's fastest holder instead, so pieces stay worth a task. Each worker's
+    to the holder with the largest share instead, so pieces stay worth a task. Each worker's
     share of a partition is cut into at most ``threads`` pieces, and at the partition's last
     row.
     """
     cap = {w: max(float(s), 0.0) * max(int(threads.get(w, 1)), 1) for w, s in speed.items()}
     todo = [lo for lo in leftovers if lo.rows > 0 and any(w in cap for w in lo.holders)]
-    total_cap = sum(cap.values())
-    if not todo or total_cap <= 0:
+    if not todo or sum(cap.values()) <= 0:
         return []
-    # The time at which every worker would be done if rows could go anywhere; each worker's
-    # budget is what it scans in that time. Partitions with the fewest holders go first,
-    # while their holders still have budget.
+    # Partitions with the fewest holders go first; each is shared so that its holders finish
+    # together, on top of what earlier partitions gave them (water-filling): a holder already
+    # busy with another partition's rows gets less, and a slow holder never gets rows merely
+    # because the fast ones are busy.
     cost = cost or {}
-    horizon = sum(lo.rows * cost.get(lo.partition, 1.0) for lo in todo) / total_cap
-    budget = {w: c * horizon for w, c in cap.items()}
+    busy = dict.fromkeys(cap, 0.0)  # seconds of rows given to each worker so far
     pieces: list[Piece] = []
     for lo in sorted(todo, key=lambda lo: (len(lo.holders), lo.partition)):
         holders = sorted({w for w in lo.holders if w in cap}, key=lambda w: (-cap[w], w))
-        weight = {w: max(budget[w], 0.0) for w in holders}
-        if sum(weight.values()) <= 0:  # every holder's budget is spent: share by speed
-            weight = {w: cap[w] for w in holders}
-        if sum(weight.values()) <= 0:
-            weight = {w: 1.0 for w in holders}
-        share = _apportion(lo.rows, [weight[w] for w in holders])
-        for i in range(1, len(holders)):
-            if 0 < share[i] < min_rows and share[0] > 0:
-                share[0] += share[i]
+        c = cost.get(lo.partition, 1.0)
+        seconds = _level(lo.rows * c, {w: cap[w] for w in holders}, busy)
+        share = _apportion(lo.rows, [seconds[w] for w in holders]
+                           if any(seconds.values()) else [1.0] * len(holders))
+        big = max(range(len(holders)), key=lambda i: share[i])
+        for i in range(len(holders)):
+            if i != big and 0 < share[i] < min_rows:
+                share[big] += share[i]
                 share[i] = 0
         pos = lo.start
         for w, rows in zip(holders, share, strict=True):
             if rows <= 0:
                 continue
-            budget[w] -= rows * cost.get(lo.partition, 1.0)
+            if cap[w] > 0:
+                busy[w] += rows * c / cap[w]
             cuts = _apportion(rows, [1.0] * max(1, min(int(threads.get(w, 1)),
                                                         rows // max(min_rows, 1))))
             for n in cuts:
                 pos = _emit(pieces, lo, pos, n, w)
     return pieces
+
+
+def _level(work: float, cap: Mapping[str, float], busy: Mapping[str, float]) -> dict[str, float]:
+    """How much of ``work`` each worker of ``cap`` (work per second) takes so that those
+    that take some all finish at the same time, the earliest possible given ``busy`` (seconds
+    each is already given): returns each worker's share of the work."""
+    live = sorted((w for w in cap if cap[w] > 0), key=lambda w: busy[w])
+    level, rate, filled = 0.0, 0.0, 0.0
+    for i, w in enumerate(live):
+        rate += cap[w]
+        filled += cap[w] * busy[w]
+        level = (work + filled) / rate
+        if i + 1 == len(live) or level <= busy[live[i + 1]]:
+            break
+    return {w: max(level - busy[w], 0.0) * cap[w] if w in live else 0.0 for w in cap}
 
 
 def batches(pieces: Sequence[Piece], threads: Mapping[str, int]) -> list[tuple[str, list[Piece]]]:

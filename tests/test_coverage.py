@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -76,6 +77,32 @@ def test_plan_follows_speed():
     pieces = plan([lo], {"fast": 4.0, "other": 100.0}, {"fast": 1, "other": 1})
     assert {pc.worker for pc in pieces} == {"fast"}
 
+
+
+def test_a_slow_owner_does_not_get_its_rows_back_when_the_copy_holder_is_busy():
+    """A round the helpers' plan once got wrong: ``fast`` holds the copy of the slow
+    worker's partition 0 and has leftovers of its own partition 1, and ``idle`` holds no copy.
+    Partition 0's rows must still go mostly to ``fast``, so both finish together, not all to
+    the 10x slower owner."""
+    los = [Leftover(0, 0, 180_000, 200_000, ("slow", "fast")),
+           Leftover(1, 0, 80_000, 200_000, ("fast",))]
+    speed = {"slow": 100_000.0, "fast": 1_000_000.0, "idle": 2_000_000.0}
+    pieces = plan(los, speed, dict.fromkeys(speed, 1))
+    del speed["idle"]
+    busy = {w: sum(pc.rows for pc in pieces if pc.worker == w) / s for w, s in speed.items()}
+    assert busy["slow"] == pytest.approx(busy["fast"], rel=1e-3)  # 0.236 s each
+    assert busy["fast"] < 0.25
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 100_000), st.dictionaries(st.sampled_from(WORKERS), st.floats(1.0, 1e6),
+                                                min_size=1, max_size=4))
+def test_one_leftover_is_shared_so_its_holders_finish_together(rows, speed):
+    lo = Leftover(0, 0, rows, 100_000, tuple(speed))
+    pieces = plan([lo], speed, dict.fromkeys(speed, 1))
+    took = {w: sum(pc.rows for pc in pieces if pc.worker == w) / s for w, s in speed.items()}
+    # each gets its share by speed to within one row (rounding), none more
+    assert max(took.values()) <= rows / sum(speed.values()) + 1 / min(speed.values())
 
 @st.composite
 def rounds(draw):

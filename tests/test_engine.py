@@ -138,7 +138,7 @@ def test_helpers_cover_every_row_at_the_fast_workers_speed(client, big, workers)
     assert h.counted.all()
     assert h.helped_rows.sum("partition").min() > 0  # the straggler is helped every round
     share = (h.worker_rows.sel(address=slow) / h.worker_rows.sum("address")).values
-    # An 8x slower worker of 2 scans 1/9 of the rows when rows follow speed; 1/2 without.
+    # An 8x slower worker of 4 scans 1/25 of the rows when rows follow speed; 1/4 without.
     assert np.median(share[2:]) < 0.25, share
     np.testing.assert_array_equal(h.worker_rows.sum("address"), h.rows.sum("partition"))
     # every round is the full-batch gradient step: the same path as BSP's
