@@ -28,6 +28,7 @@ from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 from distributed.protocol.pickle import dumps
+from distributed.scheduler import heartbeat_interval
 
 from . import config
 from .monitor import FitBook, page_status
@@ -383,13 +384,13 @@ class AbspSchedulerPlugin(SchedulerPlugin):
                 late = self._on_unresponsive(r, unresponsive)
         return {"idle": list(r.idle.items()), "late": late, "occupied": sorted(r.occupied)}
 
-    def silent(self, workers=(), seconds: float = 3.0) -> list[str]:
+    def silent(self, workers=(), seconds: float = 1.5) -> list[str]:
         """Those of ``workers`` still in the cluster and not heard from for ``seconds``
         (none while no worker at all has been: see :meth:`_silent_now`)."""
         quiet = {ws.address for ws in self._silent_now(seconds)}
         return [w for w in workers if w in quiet]
 
-    def stuck(self, keys=(), seconds: float = 3.0) -> list:
+    def stuck(self, keys=(), seconds: float = 1.5) -> list:
         """Those of ``keys`` that wait on workers not heard from for ``seconds``: running
         there, or needing (directly or through the tasks they wait for) a result that only
         such workers hold."""
@@ -412,11 +413,14 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         return [k for k in keys if k in tasks and waits(tasks[k])]
 
     def _silent_now(self, seconds: float) -> set:
-        """The workers not heard from for ``seconds``; none if that is every worker: then the
-        cluster as a whole is held up (every worker importing the modules a fit's first tasks
-        need, or this scheduler's own event loop blocked), not one worker frozen, and giving
-        up on all of them would leave no one to move their rows to."""
+        """The workers not heard from for ``seconds``, or for three heartbeat intervals if that
+        is longer (Dask spaces heartbeats out as a cluster grows: 0.5 s up to 10 workers, 2 s
+        at 100); none if that is every worker: then the cluster as a whole is held up (every
+        worker importing the modules a fit's first tasks need, or this scheduler's own event
+        loop blocked), not one worker frozen, and giving up on all of them would leave no one
+        to move their rows to."""
         now, workers = time.time(), self.scheduler.workers.values()
+        seconds = max(seconds, 3 * heartbeat_interval(len(workers)))
         quiet = {ws for ws in workers if now - ws.last_seen > seconds}
         return set() if len(quiet) == len(workers) else quiet
 
