@@ -78,7 +78,6 @@ def test_plan_follows_speed():
     assert {pc.worker for pc in pieces} == {"fast"}
 
 
-
 def test_a_slow_owner_does_not_get_its_rows_back_when_the_copy_holder_is_busy():
     """A round the helpers' plan once got wrong: ``fast`` holds the copy of the slow
     worker's partition 0 and has leftovers of its own partition 1, and ``idle`` holds no copy.
@@ -103,6 +102,7 @@ def test_one_leftover_is_shared_so_its_holders_finish_together(rows, speed):
     took = {w: sum(pc.rows for pc in pieces if pc.worker == w) / s for w, s in speed.items()}
     # each gets its share by speed to within one row (rounding), none more
     assert max(took.values()) <= rows / sum(speed.values()) + 1 / min(speed.values())
+
 
 @st.composite
 def rounds(draw):

@@ -149,3 +149,24 @@ def test_rounds_of_a_departed_client_are_forgotten(cluster, client):
     # gives up after ~2 s, though, which a busy machine can take.
     _poll(lambda: f"{fit_id}:0" not in client.run_on_scheduler(_plugin_rounds),
           "the departed client's round was not forgotten")
+
+
+def _silent_with_last_seen(dask_scheduler, worker: str, age: float, seconds: float) -> list:
+    """The plugin's answer on who is silent for ``seconds``, with ``worker``'s last heartbeat
+    set ``age`` seconds back (in the same call: no heartbeat can arrive in between)."""
+    dask_scheduler.workers[worker].last_seen = time.time() - age
+    return dask_scheduler.plugins["daskabsp"].silent(list(dask_scheduler.workers), seconds)
+
+
+def test_a_worker_is_silent_only_after_three_missed_heartbeats(client, workers):
+    """However short ``unresponsive-after`` is set, a worker is named silent only once it has
+    missed three of the heartbeats the scheduler asks for (0.5 s apart on a small cluster):
+    a shorter threshold would name live workers between two heartbeats."""
+    assert client.sync(ensure_plugins, client) == "scheduler"
+    w = workers[0]
+    assert client.run_on_scheduler(_silent_with_last_seen, worker=w, age=1.0,
+                                   seconds=0.2) == []
+    assert client.run_on_scheduler(_silent_with_last_seen, worker=w, age=1.6,
+                                   seconds=0.2) == [w]
+    assert client.run_on_scheduler(_silent_with_last_seen, worker=w, age=2.5,
+                                   seconds=3.0) == []  # the setting, when longer, holds
