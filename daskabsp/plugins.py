@@ -384,13 +384,13 @@ class AbspSchedulerPlugin(SchedulerPlugin):
                 late = self._on_unresponsive(r, unresponsive)
         return {"idle": list(r.idle.items()), "late": late, "occupied": sorted(r.occupied)}
 
-    def silent(self, workers=(), seconds: float = 1.5) -> list[str]:
+    def silent(self, workers=(), seconds: float = 3.0) -> list[str]:
         """Those of ``workers`` still in the cluster and not heard from for ``seconds``
         (none while no worker at all has been: see :meth:`_silent_now`)."""
         quiet = {ws.address for ws in self._silent_now(seconds)}
         return [w for w in workers if w in quiet]
 
-    def stuck(self, keys=(), seconds: float = 1.5) -> list:
+    def stuck(self, keys=(), seconds: float = 3.0) -> list:
         """Those of ``keys`` that wait on workers not heard from for ``seconds``: running
         there, or needing (directly or through the tasks they wait for) a result that only
         such workers hold."""
