@@ -33,7 +33,7 @@ from distributed.client import FutureCancelledError
 from distributed.scheduler import KilledWorker
 
 from . import config, coverage
-from .answering import silent_of, stuck_of
+from .answering import gather_answering, silent_of, stuck_of
 from .book import PartitionBook, balance
 from .callbacks import (
     CallbackArg,
@@ -795,40 +795,15 @@ class _Fit:
         # Given up: their worker went silent. Their rows stay unprocessed; whatever they
         # return later is never gathered (the futures are released with the round).
         late = dict(ans.get("late", ()))
-        got, lost = await self._gather_live([f for f in futs if f.key not in {**idle, **late}])
+        # A result finished just before its worker froze is given up on the same way.
+        got, lost = await gather_answering(
+            self.client, [f for f in futs if f.key not in {**idle, **late}])
         late.update(lost)
         skipped = {**idle, **late}
         results = [idle_result(cursors[p], skipped[f.key]) if f.key in skipped else got[f.key]
                    for p, f in enumerate(futs)]
         return (results, {p: late[f.key] for p, f in enumerate(futs) if f.key in late},
                 set(ans.get("occupied", ())))
-
-    async def _gather_live(self, futs) -> tuple[dict, dict]:
-        """The results of the finished ``futs`` by key, except those held only by workers
-        silent for ``daskabsp.unresponsive-after`` (a result computed just before its worker
-        froze): those are returned as ``{key: worker}``, given up on like a late task."""
-        wait = config.seconds("unresponsive-after")
-        out: dict = {}
-        lost: dict = {}
-        while futs:
-            gather = asyncio.ensure_future(self._gather(futs))
-            while True:
-                done, _ = await asyncio.wait({gather}, timeout=wait)
-                if done:
-                    out.update(zip((f.key for f in futs), gather.result(), strict=True))
-                    return out, lost
-                who = await self.client.scheduler.who_has(keys=[f.key for f in futs])
-                silent = await silent_of(self.client, {w for ws in who.values() for w in ws})
-                gone = {f.key: who[f.key][0] for f in futs
-                        if who.get(f.key) and set(who[f.key]) <= silent}
-                if gone:
-                    break
-            gather.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await gather
-            lost.update(gone)
-            futs = [f for f in futs if f.key not in gone]
-        return out, lost
 
     async def _driver_stop(self, futs, rid: RoundId, quorum: int) -> None:
         done = 0

@@ -391,26 +391,30 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         return [w for w in workers if w in quiet]
 
     def stuck(self, keys=(), seconds: float = 3.0) -> list:
-        """Those of ``keys`` that wait on workers not heard from for ``seconds``: running
-        there, or needing (directly or through the tasks they wait for) a result that only
-        such workers hold."""
+        """``[(key, worker), ...]`` for those of ``keys`` that wait on workers not heard from
+        for ``seconds``: running there, or needing (directly or through the tasks they wait
+        for) a result that only such workers hold; ``worker`` is one of them."""
         silent = self._silent_now(seconds)
         if not silent:
             return []
         memo: dict = {}
 
-        def waits(ts) -> bool:
+        def waits(ts):
+            """The silent worker ``ts`` waits on, or None."""
             if ts.key not in memo:
-                memo[ts.key] = False  # (a cycle cannot occur; this only ends the recursion)
+                memo[ts.key] = None  # (a cycle cannot occur; this only ends the recursion)
                 if ts.state == "memory":
-                    memo[ts.key] = not (ts.who_has or set()) - silent
+                    holders = ts.who_has or set()
+                    if holders and not holders - silent:
+                        memo[ts.key] = next(iter(holders))
                 elif ts.state in ("processing", "waiting", "queued", "no-worker"):
-                    memo[ts.key] = ts.processing_on in silent or any(
-                        waits(d) for d in ts.dependencies)
+                    memo[ts.key] = (ts.processing_on if ts.processing_on in silent else next(
+                        (w for w in map(waits, ts.dependencies) if w is not None), None))
             return memo[ts.key]
 
         tasks = self.scheduler.tasks
-        return [k for k in keys if k in tasks and waits(tasks[k])]
+        return [(k, ws.address) for k in keys
+                if k in tasks and (ws := waits(tasks[k])) is not None]
 
     def _silent_now(self, seconds: float) -> set:
         """The workers not heard from for ``seconds``, or for three heartbeat intervals if that
