@@ -153,9 +153,14 @@ def test_rounds_of_a_departed_client_are_forgotten(cluster, client):
 
 def _silent_with_last_seen(dask_scheduler, worker: str, age: float, seconds: float) -> list:
     """The plugin's answer on who is silent for ``seconds``, with ``worker``'s last heartbeat
-    set ``age`` seconds back (in the same call: no heartbeat can arrive in between)."""
-    dask_scheduler.workers[worker].last_seen = time.time() - age
-    return dask_scheduler.plugins["daskabsp"].silent(list(dask_scheduler.workers), seconds)
+    set ``age`` seconds back (in the same call: no heartbeat can arrive in between; restored
+    after, so that the next tests do not find the worker silent)."""
+    ws = dask_scheduler.workers[worker]
+    last_seen, ws.last_seen = ws.last_seen, time.time() - age
+    try:
+        return dask_scheduler.plugins["daskabsp"].silent(list(dask_scheduler.workers), seconds)
+    finally:
+        ws.last_seen = last_seen
 
 
 def test_a_worker_is_silent_only_after_three_missed_heartbeats(client, workers):
