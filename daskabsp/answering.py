@@ -17,7 +17,7 @@ from . import config
 from .caller import seceded
 from .partitions import wait_all
 from .plugins import ensure_plugins
-from .protocol import SILENT_HANDLER, STUCK_HANDLER
+from .protocol import SILENT_HANDLER, STUCK_HANDLER, SignalPath
 
 
 def compute_answering(collections: list, *, client: distributed.Client | None = None,
@@ -64,7 +64,7 @@ def stuck_keys(keys: list, *, client: distributed.Client | None = None) -> set:
 async def silent_of(client, workers) -> set[str]:
     """Those of ``workers`` not heard from for ``daskabsp.unresponsive-after``, judged on
     the scheduler's clock (none without daskabsp's scheduler plugin)."""
-    if await ensure_plugins(client) != "scheduler":
+    if await ensure_plugins(client) is not SignalPath.SCHEDULER:
         return set()
     return set(await getattr(client.scheduler, SILENT_HANDLER)(
         workers=sorted(workers), seconds=config.seconds("unresponsive-after")))
@@ -74,7 +74,7 @@ async def stuck_of(client, keys) -> dict:
     """``{key: silent worker}`` for those of ``keys`` waiting on (or held only by) workers
     not heard from for ``daskabsp.unresponsive-after``, naming one such worker (none without
     daskabsp's scheduler plugin)."""
-    if await ensure_plugins(client) != "scheduler":
+    if await ensure_plugins(client) is not SignalPath.SCHEDULER:
         return {}
     return dict(await getattr(client.scheduler, STUCK_HANDLER)(
         keys=list(keys), seconds=config.seconds("unresponsive-after")))
@@ -84,7 +84,7 @@ async def gather_answering(client, futures: list) -> tuple[dict, dict]:
     """Wait for ``futures`` and gather them, except those that wait on (or whose results
     only) workers not heard from for ``daskabsp.unresponsive-after`` (hold): returns the
     results by key, and ``{key: silent worker}`` for the futures given up on."""
-    if await ensure_plugins(client) != "scheduler":
+    if await ensure_plugins(client) is not SignalPath.SCHEDULER:
         return dict(zip((f.key for f in futures), await _wait_and_gather(client, futures),
                         strict=True)), {}
     seconds = config.seconds("unresponsive-after")

@@ -22,15 +22,13 @@ import logging
 import threading
 import time
 import warnings
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from collections import OrderedDict
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 from distributed.protocol.pickle import dumps
-from distributed.scheduler import heartbeat_interval
 
-from . import config
+from . import config, liveness
 from .monitor import FitBook, page_status
 from .protocol import (
     ANNOTATION,
@@ -45,8 +43,12 @@ from .protocol import (
     STOP_HANDLER,
     STOP_OP,
     STUCK_HANDLER,
-    RoundId,
+    PageStatus,
+    RoundTimes,
+    SettledReply,
+    SignalPath,
 )
+from .registry import Round, RoundRegistry
 from .runtime import EXTENSION
 
 logger = logging.getLogger(__name__)
@@ -133,46 +135,23 @@ class AbspWorkerPlugin(WorkerPlugin):
         self.stop(rounds)
 
 
-@dataclass
-class _Round:
-    rid: str  # str(RoundId), as on the wire
-    number: int  # the round's number in its fit
-    fit: str
-    quorum: int  # 0: never stop (BSP)
-    client: str | None
-    keys: set = field(default_factory=set)
-    open: set = field(default_factory=set)  # neither finished nor reported idle
-    idle: dict = field(default_factory=dict)  # key -> worker that reported it idle
-    occupied: set = field(default_factory=set)  # workers whose threads other work held
-    finished: int = 0
-    stopped: bool = False
-    t_quorum: float | None = None
-    t_last: float | None = None  # when the round settled (its last key left ``open``)
-    settled: asyncio.Event | None = None  # created by a waiter
-    logged: bool = True  # False once its fit is forgotten: its keys may still be released
-
-
-def _settle(r: _Round, key) -> None:
-    if key in r.open:
-        r.open.discard(key)
-        if not r.open:
-            r.t_last = time.time()
-            if r.settled is not None:
-                r.settled.set()
-
-
 class AbspSchedulerPlugin(SchedulerPlugin):
     """Ends each A-BSP round on the scheduler as soon as its quorum of tasks has finished.
 
-    Rounds are recognised by the annotation ``daskabsp={"fit": ..., "round": ..., "quorum": k}``
-    on their tasks. Transitions of keys that belong to no round cost one dict lookup.
+    A thin adapter: the rounds' bookkeeping is a :class:`~daskabsp.registry.RoundRegistry`
+    (fed from ``update_graph``, ``transition``, the workers' idle reports), who is silent
+    comes from :mod:`daskabsp.liveness`; this class sends the stops and answers the
+    fitting process. Rounds are recognised by the annotation ``daskabsp={"fit": ...,
+    "round": ..., "quorum": k}`` on their tasks; transitions of keys that belong to no round
+    cost one dict lookup.
 
-    Client-callable handlers: ``daskabsp_round_info(fit)`` returns the timing log of a fit's
-    rounds (when the quorum was reached, when the round settled), ``daskabsp_settled(round)``
-    waits until a round has settled and returns its idle tasks, ``daskabsp_silent(workers,
-    seconds)`` names the silent ones among workers, ``daskabsp_fit_report(fit, events)`` takes
-    a driver's reports of a fit for the dashboard page (:attr:`book`) and
-    ``daskabsp_page_status()`` says whether this scheduler serves that page.
+    Client-callable handlers (names in :mod:`daskabsp.protocol`): ``daskabsp_round_info(fit)``
+    returns the timing log of a fit's rounds, ``daskabsp_settled(round)`` waits until a
+    round has settled, ``daskabsp_silent(workers, seconds)`` and ``daskabsp_stuck(keys,
+    seconds)`` name what waits on silent workers, ``daskabsp_fit_report(fit, events)`` takes
+    a driver's reports for the dashboard page (:attr:`book`), ``daskabsp_page_status()``
+    says whether this scheduler serves that page, ``daskabsp_forget_fit(fit)`` drops an
+    ended fit's log and stop flags.
     """
 
     name = PLUGIN_NAME
@@ -182,124 +161,95 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         self.scheduler = None
         self._pending: set[asyncio.Future] = set()
         self._unequipped: set[str] = set()  # workers the worker plugin has not reached yet
-        self.rounds: dict[str, _Round] = {}
-        self.key_round: dict[Any, _Round] = {}
         self._announced: dict[str, asyncio.Event] = {}  # rounds waited for before they exist
-        # rid -> (fit, n, quorum time, last result time), bounded
-        self.log: deque[tuple[str, str, int, float | None, float | None]] = deque(maxlen=100_000)
+        self._settled: dict[str, asyncio.Event] = {}  # rounds waited for until they settle
+        self.registry = RoundRegistry(on_settle=self._wake)
         self.book = FitBook()  # the fits the dashboard page shows
 
     async def start(self, scheduler) -> None:
-        """Install the handlers, and the worker plugin on every worker, now and to come
-        (as distributed's own shuffle extension does)."""
+        """Install the handlers, and the worker plugin on every worker, now and to come."""
         self.scheduler = scheduler
-        if PLUGIN_NAME not in scheduler.worker_plugins:
-            # Workers that join from now on get it when they register; those here now get it
-            # one by one, in the background: a frozen worker would otherwise hold the first
-            # fit until it resumed. Until one has answered it gets no stream op (a stream op
-            # unknown to a worker drops its connection); its stops go by RPC.
-            plugin = dumps(AbspWorkerPlugin())
-            scheduler.worker_plugins[PLUGIN_NAME] = plugin
-            self._unequipped = set(scheduler.workers)
-            for addr in list(self._unequipped):
-                task = asyncio.ensure_future(self._equip(addr, plugin))
-                self._pending.add(task)
-                task.add_done_callback(self._pending.discard)
-        scheduler.handlers[ROUND_INFO_HANDLER] = self.round_info
-        scheduler.handlers[FORGET_HANDLER] = self.forget_fit
-        scheduler.handlers[SETTLED_HANDLER] = self.settled
-        scheduler.handlers[SILENT_HANDLER] = self.silent
-        scheduler.handlers[STUCK_HANDLER] = self.stuck
-        scheduler.handlers[REPORT_HANDLER] = self.fit_report
-        scheduler.handlers[PAGE_STATUS_HANDLER] = self.page_status
+        self._unequipped = install_worker_plugin(scheduler, AbspWorkerPlugin(), self._spawn)
+        scheduler.handlers.update({
+            ROUND_INFO_HANDLER: self.round_info, FORGET_HANDLER: self.forget_fit,
+            SETTLED_HANDLER: self.settled, SILENT_HANDLER: self.silent,
+            STUCK_HANDLER: self.stuck, REPORT_HANDLER: self.fit_report,
+            PAGE_STATUS_HANDLER: self.page_status})
         scheduler.stream_handlers[IDLE_OP] = self._idle
 
-    async def _equip(self, addr: str, plugin: bytes) -> None:
-        try:
-            await self.scheduler.broadcast(msg={"op": "plugin-add", "plugin": plugin,
-                                                "name": PLUGIN_NAME}, workers=[addr],
-                                           on_error="ignore")
-        finally:
-            self._unequipped.discard(addr)
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
 
-    # -- bookkeeping ---------------------------------------------------------------------------
+    # -- the scheduler's events ----------------------------------------------------------------
 
     def update_graph(self, scheduler, *, client=None, annotations=None, **kwargs: Any) -> None:
         ann = (annotations or {}).get(ANNOTATION)
-        if not ann:
-            return
-        for key, a in ann.items():
-            round_id = RoundId.from_annotation(a)
-            rid = str(round_id)
-            r = self.rounds.get(rid)
-            if r is None:
-                r = self.rounds[rid] = _Round(rid, round_id.round, round_id.fit,
-                                              int(a["quorum"]), client)
-                announced = self._announced.pop(rid, None)
-                if announced is not None:
-                    announced.set()
-            r.keys.add(key)
-            r.open.add(key)
-            self.key_round[key] = r
-            if r.stopped:
-                # A task added to an already stopped round (e.g. resubmitted).
+        for key, a in (ann or {}).items():
+            r = self.registry.announce(key, a, client)
+            self._wake_announced(r.rid)
+            if r.stopped:  # a task added to an already stopped round (resubmitted, say)
                 ts = scheduler.tasks.get(key)
                 if ts is not None and ts.processing_on is not None:
                     self._send_stop(r, {ts.processing_on.address: [key]})
 
     def transition(self, key, start, finish, *args: Any, **kwargs: Any) -> None:
-        r = self.key_round.get(key)
+        reg = self.registry
+        r = reg.round_of(key)
         if r is None:
             return
         if finish == "memory" and start == "processing":
-            r.finished += 1
-            _settle(r, key)
-            if not r.stopped and r.quorum and r.finished >= r.quorum:
-                r.t_quorum = time.time()
+            if reg.finished(key) is not None:
                 self._stop(r)
         elif finish == "processing":
-            if r.stopped:
-                ws = self.scheduler.tasks[key].processing_on
-                if ws is not None:
-                    self._send_stop(r, {ws.address: [key]})
+            ws = self.scheduler.tasks[key].processing_on
+            if r.stopped and ws is not None:
+                self._send_stop(r, {ws.address: [key]})
         elif finish == "erred":
-            _settle(r, key)
+            reg.erred(key)
         elif finish == "forgotten":
-            del self.key_round[key]
-            r.keys.discard(key)
-            _settle(r, key)
-            if not r.keys:
-                self._retire(r)
+            gone = reg.forgotten(key)
+            if gone is not None and gone.t_quorum is not None and gone.t_last is not None:
+                self.book.note_latency(gone.fit, gone.number, gone.t_last - gone.t_quorum)
 
     def log_event(self, topic: str, msg: Any) -> None:
         # Work stealing moves a queued task to another worker without a transition: a task
         # of a stopped round stolen by a worker that never got the stop would run its whole
         # quota there.
         if topic == "stealing" and isinstance(msg, (tuple, list)) and msg and msg[0] == "confirm":
-            r = self.key_round.get(msg[1])
+            r = self.registry.round_of(msg[1])
             if r is not None and r.stopped:
                 self._send_stop(r, {msg[4]: [msg[1]]})
 
     def remove_client(self, scheduler, client: str) -> None:
-        for r in [r for r in self.rounds.values() if r.client == client]:
-            for key in r.keys:
-                self.key_round.pop(key, None)
-            self._retire(r)
+        self.registry.remove_client(client)
         self.book.forget_client(client)
 
-    def _retire(self, r: _Round) -> None:
-        if self.rounds.pop(r.rid, None) is not None:
-            if r.logged:
-                self.log.append((r.rid, r.fit, r.finished, r.t_quorum, r.t_last))
-            if r.t_quorum is not None and r.t_last is not None:
-                self.book.note_latency(r.fit, r.number, r.t_last - r.t_quorum)
-        if r.settled is not None:
-            r.settled.set()  # release waiters of a round that can no longer settle
+    def _idle(self, worker: str, round: str, keys=(), occupied: bool = False,
+              **kwargs: Any) -> None:
+        """A worker's answer to a stop: these tasks of ``round`` were not executing there."""
+        tasks = self.scheduler.tasks
+
+        def queued_on(key):
+            ts = tasks.get(key)
+            return ts.processing_on.address if ts is not None and ts.processing_on else None
+
+        self.registry.reported_idle(round, worker, keys, occupied, queued_on)
+
+    def _wake(self, r: Round) -> None:
+        ev = self._settled.get(r.rid)
+        if ev is not None:
+            ev.set()
+
+    def _wake_announced(self, rid: str) -> None:
+        ev = self._announced.get(rid)
+        if ev is not None:
+            ev.set()  # a waiter that came before the round's graph: the round exists now
 
     # -- the stop ------------------------------------------------------------------------------
 
-    def _stop(self, r: _Round) -> None:
-        r.stopped = True
+    def _stop(self, r: Round) -> None:
         tasks = self.scheduler.tasks
         on: dict[str, list] = {}
         for key in r.keys:
@@ -308,17 +258,14 @@ class AbspSchedulerPlugin(SchedulerPlugin):
                 on.setdefault(ts.processing_on.address, []).append(key)
         self._send_stop(r, on)
 
-    def _send_stop(self, r: _Round, on: dict[str, list]) -> None:
+    def _send_stop(self, r: Round, on: dict[str, list]) -> None:
         """Send the stop of ``r`` to the workers in ``on``, naming the round's keys there."""
-        s = self.scheduler
         for addr, keys in on.items():
             if addr not in self._unequipped:
-                s.worker_send(addr, {"op": STOP_OP, "rounds": [r.rid], "keys": keys})
-            else:
-                # A stream op unknown to the worker would drop its connection; RPC only logs.
-                task = asyncio.ensure_future(self._rpc_stop(addr, [r.rid]))
-                self._pending.add(task)
-                task.add_done_callback(self._pending.discard)
+                self.scheduler.worker_send(addr, {"op": STOP_OP, "rounds": [r.rid],
+                                                  "keys": keys})
+            else:  # a stream op unknown to the worker would drop its connection; RPC only logs
+                self._spawn(self._rpc_stop(addr, [r.rid]))
 
     async def _rpc_stop(self, addr: str, rounds: list[str]) -> None:
         try:
@@ -326,126 +273,73 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         except Exception as e:  # the worker may be gone; its tasks are rescheduled
             logger.debug("daskabsp: stop to %s failed: %s", addr, e)
 
-    def _idle(self, worker: str, round: str, keys=(), occupied: bool = False,
-              **kwargs: Any) -> None:
-        """A worker's answer to a stop: these tasks of ``round`` were not executing there
-        (``occupied``: because other work held all its threads)."""
-        r = self.rounds.get(round)
-        if r is None:
-            return
-        if occupied:
-            r.occupied.add(worker)
-        tasks = self.scheduler.tasks
-        for key in keys:
-            ts = tasks.get(key)
-            # Only while it is still queued on that worker: a task moved since then gets the
-            # stop again at its new worker, whose answer counts.
-            if (key in r.open and ts is not None and ts.processing_on is not None
-                    and ts.processing_on.address == worker):
-                r.idle[key] = worker
-                _settle(r, key)
-
     # -- handlers ------------------------------------------------------------------------------
 
     async def settled(self, round: str, timeout: float = 60.0,
-                      unresponsive: float | None = None) -> dict | None:
-        """Wait until ``round`` has settled.
+                      unresponsive: float | None = None) -> SettledReply | None:
+        """Wait until ``round`` has settled (see :class:`~daskabsp.protocol.SettledReply`).
 
-        Returns ``{"idle": [(key, worker), ...], "late": [(key, worker), ...], "occupied":
-        [worker, ...]}``: the tasks reported idle; (with ``unresponsive``, in seconds) the
-        tasks given up because every task still open is on a worker whose last heartbeat is
-        older than that (a frozen or cut-off worker: its stop cannot arrive and its answer
-        would not either); and the workers that reported tasks idle because other work held
-        all their threads.
-        Returns None if the round is unknown after ``timeout`` seconds (the caller then waits
-        for every task). The call may arrive before the round's graph does.
+        With ``unresponsive`` (seconds), give up on the round's open tasks once every one
+        of them is on a worker not heard from for that long (a frozen or cut-off worker: its
+        stop cannot arrive and its answer would not either). Returns None if the round is
+        unknown after ``timeout`` seconds (the caller then waits for every task). The call
+        may arrive before the round's graph does.
         """
-        r = self.rounds.get(round)
-        if r is None:
+        reg = self.registry
+        if round not in reg.rounds:
             ev = self._announced.setdefault(round, asyncio.Event())
             try:
                 await asyncio.wait_for(ev.wait(), timeout)
             except asyncio.TimeoutError:
+                return None
+            finally:
                 self._announced.pop(round, None)
-                return None
-            r = self.rounds.get(round)
-            if r is None:
-                return None
-        if r.settled is None:
-            r.settled = asyncio.Event()
+        r = reg.rounds.get(round)
+        if r is None:
+            return None
+        ev = self._settled.setdefault(round, asyncio.Event())
         late: list = []
-        while r.open and not late:
-            if unresponsive is None:
-                await r.settled.wait()
-                break
-            try:
-                await asyncio.wait_for(r.settled.wait(), min(0.5, unresponsive / 4))
-            except asyncio.TimeoutError:
-                late = self._on_unresponsive(r, unresponsive)
+        try:
+            while r.open and not late and reg.rounds.get(round) is r:
+                if unresponsive is None:
+                    await ev.wait()
+                    continue
+                try:
+                    await asyncio.wait_for(ev.wait(), min(0.5, unresponsive / 4))
+                except asyncio.TimeoutError:
+                    late = self._given_up(r, unresponsive)
+        finally:
+            self._settled.pop(round, None)
         return {"idle": list(r.idle.items()), "late": late, "occupied": sorted(r.occupied)}
 
+    def _quiet(self, seconds: float) -> set:
+        workers = self.scheduler.workers.values()
+        return liveness.silent({ws: ws.last_seen for ws in workers}, time.time(), seconds)
+
+    def _given_up(self, r: Round, seconds: float) -> list:
+        tasks = self.scheduler.tasks
+        open_on = {k: (tasks[k].processing_on if k in tasks else None) for k in r.open}
+        return [(k, ws.address) for k, ws in liveness.all_on(open_on, self._quiet(seconds))]
+
     def silent(self, workers=(), seconds: float = 3.0) -> list[str]:
-        """Those of ``workers`` still in the cluster and not heard from for ``seconds``
-        (none while no worker at all has been: see :meth:`_silent_now`)."""
-        quiet = {ws.address for ws in self._silent_now(seconds)}
+        """Those of ``workers`` still in the cluster and not heard from for ``seconds`` (see
+        :func:`daskabsp.liveness.silent`)."""
+        quiet = {ws.address for ws in self._quiet(seconds)}
         return [w for w in workers if w in quiet]
 
     def stuck(self, keys=(), seconds: float = 3.0) -> list:
         """``[(key, worker), ...]`` for those of ``keys`` that wait on workers not heard from
-        for ``seconds``: running there, or needing (directly or through the tasks they wait
-        for) a result that only such workers hold; ``worker`` is one of them."""
-        silent = self._silent_now(seconds)
-        if not silent:
-            return []
-        memo: dict = {}
-
-        def waits(ts):
-            """The silent worker ``ts`` waits on, or None."""
-            if ts.key not in memo:
-                memo[ts.key] = None  # (a cycle cannot occur; this only ends the recursion)
-                if ts.state == "memory":
-                    holders = ts.who_has or set()
-                    if holders and not holders - silent:
-                        memo[ts.key] = next(iter(holders))
-                elif ts.state in ("processing", "waiting", "queued", "no-worker"):
-                    memo[ts.key] = (ts.processing_on if ts.processing_on in silent else next(
-                        (w for w in map(waits, ts.dependencies) if w is not None), None))
-            return memo[ts.key]
-
+        for ``seconds`` (see :func:`daskabsp.liveness.waiting_on`)."""
         tasks = self.scheduler.tasks
-        return [(k, ws.address) for k in keys
-                if k in tasks and (ws := waits(tasks[k])) is not None]
-
-    def _silent_now(self, seconds: float) -> set:
-        """The workers not heard from for ``seconds``, or for three heartbeat intervals if that
-        is longer (Dask spaces heartbeats out as a cluster grows: 0.5 s up to 10 workers, 2 s
-        at 100); none if that is every worker: then the cluster as a whole is held up (every
-        worker importing the modules a fit's first tasks need, or this scheduler's own event
-        loop blocked), not one worker frozen, and giving up on all of them would leave no one
-        to move their rows to."""
-        now, workers = time.time(), self.scheduler.workers.values()
-        seconds = max(seconds, 3 * heartbeat_interval(len(workers)))
-        quiet = {ws for ws in workers if now - ws.last_seen > seconds}
-        return set() if len(quiet) == len(workers) else quiet
-
-    def _on_unresponsive(self, r: _Round, seconds: float) -> list:
-        """``[(key, worker), ...]`` of the open tasks of ``r`` if every one of them is on a
-        worker not heard from for ``seconds``; ``[]`` otherwise."""
-        quiet, out = self._silent_now(seconds), []
-        tasks = self.scheduler.tasks
-        for key in r.open:
-            ts = tasks.get(key)
-            ws = ts.processing_on if ts is not None else None
-            if ws not in quiet:
-                return []
-            out.append((key, ws.address))
-        return out
+        found = liveness.waiting_on((tasks[k] for k in keys if k in tasks),
+                                    self._quiet(seconds))
+        return [(k, ws.address) for k, ws in found.items()]
 
     def fit_report(self, fit: str, events=()) -> None:
         """A driver's reports of ``fit`` for the dashboard page, see :class:`FitBook`."""
         self.book.report(fit, list(events))
 
-    def page_status(self) -> dict[str, bool]:
+    def page_status(self) -> PageStatus:
         """Whether this scheduler serves the daskabsp dashboard page, see
         :func:`daskabsp.monitor.page_status`."""
         return page_status(self.scheduler)
@@ -454,25 +348,41 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         """Forget ``fit``'s round log here and its stop flags on the workers (it has ended
         and its driver has read the log): a long-lived cluster's plugins then hold nothing
         per round of the fits it ran."""
-        self.log = deque((e for e in self.log if e[1] != fit), maxlen=self.log.maxlen)
-        for r in self.rounds.values():
-            if r.fit == fit:
-                r.logged = False  # its keys are released after this: keep it out of the log
+        self.registry.forget_fit(fit)
         for addr in self.scheduler.workers:
             if addr not in self._unequipped:
                 self.scheduler.worker_send(addr, {"op": FORGET_OP, "fit": fit})
 
-    def round_info(self, fit: str) -> dict[str, dict]:
-        """Timings of the rounds of ``fit``: quorum time and last result time (scheduler clock)."""
-        out = {}
-        for rid, f, n, tq, tl in self.log:
-            if f == fit:
-                out[rid] = {"finished": n, "quorum_time": tq, "last_time": tl}
-        for r in self.rounds.values():
-            if r.fit == fit:
-                out[r.rid] = {"finished": r.finished, "quorum_time": r.t_quorum,
-                              "last_time": r.t_last}
-        return out
+    def round_info(self, fit: str) -> dict[str, RoundTimes]:
+        """Timings of the rounds of ``fit``: quorum time and last result time (scheduler
+        clock)."""
+        return self.registry.times(fit)
+
+
+def install_worker_plugin(scheduler, plugin: WorkerPlugin, spawn) -> set[str]:
+    """Install ``plugin`` on the workers of ``scheduler``, as distributed's own shuffle
+    extension does: workers that join later get it when they register (it is in the
+    scheduler's ``worker_plugins``), those here now get it one by one in the background
+    (``spawn(coroutine)`` runs one), so that a frozen worker cannot hold up the first fit.
+    Returns the workers not equipped yet; each leaves the set once it has answered (a
+    stream op unknown to a worker drops its connection: send those only stops by RPC)."""
+    if PLUGIN_NAME in scheduler.worker_plugins:
+        return set()
+    blob = dumps(plugin)
+    scheduler.worker_plugins[PLUGIN_NAME] = blob
+    waiting = set(scheduler.workers)
+
+    async def equip(addr: str) -> None:
+        try:
+            await scheduler.broadcast(msg={"op": "plugin-add", "plugin": blob,
+                                           "name": PLUGIN_NAME}, workers=[addr],
+                                      on_error="ignore")
+        finally:
+            waiting.discard(addr)
+
+    for addr in list(waiting):
+        spawn(equip(addr))
+    return waiting
 
 
 def stop_on_worker(rounds: list[str], dask_worker=None) -> None:
@@ -482,28 +392,29 @@ def stop_on_worker(rounds: list[str], dask_worker=None) -> None:
         ext.stop(rounds)
 
 
-_ready: dict[str, str] = {}  # client id -> how stops are sent (see ensure_plugins)
+_ready: dict[str, SignalPath] = {}  # client id -> how stops are sent (see ensure_plugins)
 _warned_fallback = False
 
 
-async def ensure_plugins(client) -> str:
+async def ensure_plugins(client) -> SignalPath:
     """Register the daskabsp plugins on ``client``'s cluster (once per client).
 
-    Returns how stops are sent: ``"scheduler"`` (the scheduler plugin), ``"driver"`` (the
-    ``daskabsp.signal`` config asks for it) or ``"driver-opaque"`` (the scheduler plugin could
-    not be installed, e.g. daskabsp is missing on the scheduler: the driver sends the stops and
-    submits tasks whose functions the scheduler need not import).
+    Returns how stops are sent: :attr:`SignalPath.SCHEDULER` (the scheduler plugin),
+    :attr:`SignalPath.DRIVER` (the ``daskabsp.signal`` config asks for it) or
+    :attr:`SignalPath.OPAQUE` (the scheduler plugin could not be installed, e.g. daskabsp is
+    missing on the scheduler: the driver sends the stops and submits tasks whose functions
+    the scheduler need not import).
     """
     global _warned_fallback
     if client.id in _ready:
         return _ready[client.id]
-    mode = "driver"
+    path = SignalPath.DRIVER
     if config.get("signal") == "scheduler":
         try:  # the scheduler plugin installs the worker plugin itself
             await client.register_plugin(AbspSchedulerPlugin())
-            mode = "scheduler"
+            path = SignalPath.SCHEDULER
         except Exception as e:
-            mode = "driver-opaque"
+            path = SignalPath.OPAQUE
             if not _warned_fallback:
                 _warned_fallback = True
                 warnings.warn(
@@ -513,7 +424,7 @@ async def ensure_plugins(client) -> str:
                     RuntimeWarning,
                     stacklevel=2,
                 )
-    if mode != "scheduler":
+    if path is not SignalPath.SCHEDULER:
         await client.register_plugin(AbspWorkerPlugin())
-    _ready[client.id] = mode
-    return mode
+    _ready[client.id] = path
+    return path

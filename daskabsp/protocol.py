@@ -7,7 +7,9 @@ builds from a task's annotation (:meth:`RoundId.from_annotation`) and never pars
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, replace
+from typing import TypedDict
 
 #: The annotation naming a task's round: ``{"fit", "round", "attempt", "phase", "quorum"}``.
 ANNOTATION = "daskabsp"
@@ -27,6 +29,44 @@ ROUND_INFO_HANDLER = "daskabsp_round_info"
 FORGET_HANDLER = "daskabsp_forget_fit"
 REPORT_HANDLER = "daskabsp_fit_report"
 PAGE_STATUS_HANDLER = "daskabsp_page_status"
+
+
+class SignalPath(enum.Enum):
+    """How a fit's stops reach the workers (chosen once per client, see
+    :func:`daskabsp.plugins.ensure_plugins`)."""
+
+    #: The scheduler plugin stops a round when its quorum has finished.
+    SCHEDULER = "scheduler"
+    #: The fitting process sends the stops (``daskabsp.signal: driver``).
+    DRIVER = "driver"
+    #: The fitting process sends the stops, and the scheduler cannot import daskabsp.
+    OPAQUE = "driver-opaque"
+
+
+class SettledReply(TypedDict):
+    """The reply of :data:`SETTLED_HANDLER`: the round's tasks reported idle, those given
+    up on (their worker went silent), as ``[key, worker]`` pairs, and the workers whose
+    threads other work held when the round stopped."""
+
+    idle: list[tuple]
+    late: list[tuple]
+    occupied: list[str]
+
+
+class RoundTimes(TypedDict):
+    """One round in the reply of :data:`ROUND_INFO_HANDLER` (scheduler clock)."""
+
+    finished: int
+    quorum_time: float | None
+    last_time: float | None
+
+
+class PageStatus(TypedDict):
+    """The reply of :data:`PAGE_STATUS_HANDLER`."""
+
+    page: bool
+    bokeh: bool
+    dashboard: bool
 
 
 @dataclass(frozen=True, slots=True)

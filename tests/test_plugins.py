@@ -9,8 +9,10 @@ import dask
 import numpy as np
 from distributed import Event
 
-from daskabsp import LogisticGD, run_partition
+from daskabsp import LogisticGD
 from daskabsp.plugins import ensure_plugins
+from daskabsp.protocol import SignalPath
+from daskabsp.runtime import run_partition
 
 
 def _after_gate(gate, *args, **kwargs):
@@ -22,7 +24,7 @@ def _wait_for_event(name: str) -> bool:
 
 
 def _plugin_rounds(dask_scheduler) -> list[str]:
-    return list(dask_scheduler.plugins["daskabsp"].rounds)
+    return list(dask_scheduler.plugins["daskabsp"].registry.rounds)
 
 
 def _problem(seed: int, n: int = 50_000):
@@ -46,7 +48,7 @@ PROG, PARAMS = LogisticGD(), np.zeros(6)
 
 
 def test_stop_is_resent_to_a_task_that_starts_after_its_round_stopped(client, workers):
-    assert client.sync(ensure_plugins, client) == "scheduler"
+    assert client.sync(ensure_plugins, client) is SignalPath.SCHEDULER
     X, y, fit_id, rid, prefix = _problem(0)
     gate_name = f"gate-{fit_id}"
     kw = dict(round_id=rid, cursor=0, quota=X.shape[0])
@@ -74,7 +76,7 @@ def _steal(key, victim: str, thief: str, dask_scheduler=None) -> str:
 
 
 def _round_idle(rid: str, dask_scheduler=None) -> list:
-    r = dask_scheduler.plugins["daskabsp"].rounds.get(rid)
+    r = dask_scheduler.plugins["daskabsp"].registry.rounds.get(rid)
     return [] if r is None else list(r.idle)
 
 
@@ -82,7 +84,7 @@ def test_stop_follows_a_task_stolen_after_its_round_stopped(client, workers, no_
     """Work stealing moves a queued task without a transition: the plugin re-sends the stop to
     the thief, which never got it (it runs none of the round's other tasks). The steal is
     requested by hand; stealing's own balancing is paused so that it cannot move b first."""
-    assert client.sync(ensure_plugins, client) == "scheduler"
+    assert client.sync(ensure_plugins, client) is SignalPath.SCHEDULER
     X, y, fit_id, rid, prefix = _problem(2)
     started, release = f"started-{fit_id}", f"release-{fit_id}"
     kw = dict(round_id=rid, cursor=0, quota=X.shape[0])
@@ -117,7 +119,7 @@ def test_a_task_that_ends_its_round_stops_the_rest_of_it_on_its_worker(client, w
     """With a quorum of 1, the task that finishes its quota sets its round's flag on its own
     worker at once: a task of the round queued behind it there returns without a row, with no
     stop from the scheduler (these tasks carry no round annotation, so none is sent)."""
-    assert client.sync(ensure_plugins, client) == "scheduler"
+    assert client.sync(ensure_plugins, client) is SignalPath.SCHEDULER
     X, y, *_ = _problem(1, 20_000)
     for ends_round in (True, False):
         rid = f"{uuid.uuid4().hex[:8]}:0"
@@ -138,7 +140,7 @@ def test_a_task_that_ends_its_round_stops_the_rest_of_it_on_its_worker(client, w
 def test_rounds_of_a_departed_client_are_forgotten(cluster, client):
     from distributed import Client
 
-    assert client.sync(ensure_plugins, client) == "scheduler"
+    assert client.sync(ensure_plugins, client) is SignalPath.SCHEDULER
     fit_id = uuid.uuid4().hex[:8]
     with Client(cluster, set_as_default=False) as other:
         with dask.annotate(daskabsp={"fit": fit_id, "round": "0", "quorum": 0}):
@@ -167,7 +169,7 @@ def test_a_worker_is_silent_only_after_three_missed_heartbeats(client, workers):
     """However short ``unresponsive-after`` is set, a worker is named silent only once it has
     missed three of the heartbeats the scheduler asks for (0.5 s apart on a small cluster):
     a shorter threshold would name live workers between two heartbeats."""
-    assert client.sync(ensure_plugins, client) == "scheduler"
+    assert client.sync(ensure_plugins, client) is SignalPath.SCHEDULER
     w = workers[0]
     assert client.run_on_scheduler(_silent_with_last_seen, worker=w, age=1.0,
                                    seconds=0.2) == []

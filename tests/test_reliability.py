@@ -57,7 +57,7 @@ def test_four_fits_from_four_threads_keep_to_themselves(client, workers, data):
 
 def _fits_of_client(client_id: str, dask_scheduler=None) -> list[str]:
     plugin = dask_scheduler.plugins[PLUGIN_NAME]
-    return sorted({r.fit for r in plugin.rounds.values() if r.client == client_id})
+    return sorted({r.fit for r in plugin.registry.rounds.values() if r.client == client_id})
 
 
 def _keys_of_fits(fits: list[str], dask_scheduler=None) -> int:
@@ -110,7 +110,7 @@ def test_client_killed_mid_fit_is_forgotten(client, cluster, data, tmp_path):
 
 def _state_sizes(dask_scheduler=None) -> tuple[int, int, int]:
     plugin = dask_scheduler.plugins[PLUGIN_NAME]
-    return len(dask_scheduler.tasks), len(plugin.rounds), len(plugin.key_round)
+    return len(dask_scheduler.tasks), len(plugin.registry.rounds), len(plugin.registry.key_round)
 
 
 @pytest.mark.slow
@@ -140,9 +140,9 @@ def test_a_thousand_partitions(client):
 def _scheduler_held(dask_scheduler=None) -> dict[str, int]:
     plugin = dask_scheduler.plugins[PLUGIN_NAME]
     return {"tasks": sum("daskabsp" in str(k) for k in dask_scheduler.tasks),
-            "rounds": len(plugin.rounds),
-            "keys": len(plugin.key_round), "log": len(plugin.log),
-            "announced": len(plugin._announced)}
+            "rounds": len(plugin.registry.rounds),
+            "keys": len(plugin.registry.key_round), "log": len(plugin.registry.log),
+            "announced": len(plugin._announced) + len(plugin._settled)}
 
 
 def _flags_of(fit_id: str, dask_worker=None) -> int:

@@ -1,0 +1,199 @@
+"""The scheduler plugin's book of rounds, pure (no scheduler, no I/O).
+
+A round's tasks are *announced* (from their annotation), then each one *finishes*, *errs*,
+is *forgotten* or is *reported idle* by its worker (it was still queued when the stop
+arrived: it computes nothing). The round is *settled* when none of its tasks is still open,
+and *stopped* once, when its quorum of tasks has finished. :class:`RoundRegistry` keeps that
+bookkeeping and says what to do (stop a round, tell waiters it settled); the plugin
+(:mod:`daskabsp.plugins`) does it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
+
+from .protocol import RoundId, RoundTimes
+
+
+@dataclass
+class Round:
+    """One round's tasks on the scheduler.
+
+    Attributes
+    ----------
+    rid : str
+        The round's id as on the wire (``str(RoundId)``).
+    number : int
+        The round's number in its fit.
+    fit : str
+        The fit's id.
+    quorum : int
+        Finished tasks that stop the round (0: never stopped).
+    client : str or None
+        The client that submitted it.
+    keys : set
+        Its tasks still known to the scheduler.
+    open : set
+        Its tasks neither finished, erred, forgotten nor reported idle.
+    idle : dict
+        ``{key: worker}`` of the tasks reported idle.
+    occupied : set
+        Workers that reported tasks idle because other work held all their threads.
+    """
+
+    rid: str
+    number: int
+    fit: str
+    quorum: int
+    client: str | None
+    keys: set = field(default_factory=set)
+    open: set = field(default_factory=set)
+    idle: dict = field(default_factory=dict)
+    occupied: set = field(default_factory=set)
+    finished: int = 0
+    stopped: bool = False
+    t_quorum: float | None = None
+    t_last: float | None = None  # when the round settled (its last key left ``open``)
+    logged: bool = True  # False once its fit is forgotten: its keys may still be released
+
+    @property
+    def settled(self) -> bool:
+        return not self.open
+
+
+class RoundRegistry:
+    """The rounds the scheduler plugin knows, and what their tasks did.
+
+    Parameters
+    ----------
+    on_settle : callable, optional
+        Called with a round when it settles, and when it is retired unsettled (its waiters
+        can stop waiting either way).
+    clock : callable, default time.time
+        The clock of the quorum and settle times.
+    """
+
+    def __init__(self, on_settle: Callable[[Round], None] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.rounds: dict[str, Round] = {}
+        self.key_round: dict[Hashable, Round] = {}
+        # rid -> (fit, finished, quorum time, last result time), bounded
+        self.log: deque[tuple[str, str, int, float | None, float | None]] = deque(
+            maxlen=100_000)
+        self._on_settle = on_settle or (lambda r: None)
+        self._clock = clock
+
+    # -- what the tasks do ---------------------------------------------------------------------
+
+    def announce(self, key: Hashable, annotation: dict, client: str | None) -> Round:
+        """Task ``key`` of the round its ``annotation`` names was submitted. Returns the
+        round (already stopped, if the task joins a stopped round: it needs the stop)."""
+        round_id = RoundId.from_annotation(annotation)
+        rid = str(round_id)
+        r = self.rounds.get(rid)
+        if r is None:
+            r = self.rounds[rid] = Round(rid, round_id.round, round_id.fit,
+                                         int(annotation["quorum"]), client)
+        r.keys.add(key)
+        r.open.add(key)
+        self.key_round[key] = r
+        return r
+
+    def round_of(self, key: Hashable) -> Round | None:
+        """The round task ``key`` belongs to (one dict lookup: most keys belong to none)."""
+        return self.key_round.get(key)
+
+    def finished(self, key: Hashable) -> Round | None:
+        """Task ``key`` finished (``processing -> memory``). Returns its round if that round
+        must be stopped now (its quorum reached; once per round)."""
+        r = self.key_round.get(key)
+        if r is None:
+            return None
+        r.finished += 1
+        self._settle(r, key)
+        if not r.stopped and r.quorum and r.finished >= r.quorum:
+            r.stopped = True
+            r.t_quorum = self._clock()
+            return r
+        return None
+
+    def erred(self, key: Hashable) -> None:
+        """Task ``key`` failed: it settles, nothing more will come of it."""
+        r = self.key_round.get(key)
+        if r is not None:
+            self._settle(r, key)
+
+    def forgotten(self, key: Hashable) -> Round | None:
+        """Task ``key`` was forgotten by the scheduler. Returns its round if that was the
+        round's last key: the round is retired."""
+        r = self.key_round.pop(key, None)
+        if r is None:
+            return None
+        r.keys.discard(key)
+        self._settle(r, key)
+        if r.keys:
+            return None
+        self._retire(r)
+        return r
+
+    def reported_idle(self, rid: str, worker: str, keys: Iterable[Hashable], occupied: bool,
+                      queued_on: Callable[[Hashable], str | None]) -> None:
+        """``worker`` answered round ``rid``'s stop: ``keys`` were not executing there
+        (``occupied``: other work held all its threads). A key counts as idle only while it
+        is still queued on that worker (``queued_on(key)``): a task moved since gets the stop
+        again at its new worker, whose answer counts."""
+        r = self.rounds.get(rid)
+        if r is None:
+            return
+        if occupied:
+            r.occupied.add(worker)
+        for key in keys:
+            if key in r.open and queued_on(key) == worker:
+                r.idle[key] = worker
+                self._settle(r, key)
+
+    # -- rounds and fits -----------------------------------------------------------------------
+
+    def remove_client(self, client: str) -> list[Round]:
+        """Retire the rounds of a client that left; returns them."""
+        gone = [r for r in self.rounds.values() if r.client == client]
+        for r in gone:
+            for key in r.keys:
+                self.key_round.pop(key, None)
+            self._retire(r)
+        return gone
+
+    def forget_fit(self, fit: str) -> None:
+        """Drop ``fit``'s round log (its driver has read it); its rounds still running are
+        kept out of the log when they retire."""
+        self.log = deque((e for e in self.log if e[1] != fit), maxlen=self.log.maxlen)
+        for r in self.rounds.values():
+            if r.fit == fit:
+                r.logged = False
+
+    def times(self, fit: str) -> dict[str, RoundTimes]:
+        """When each round of ``fit`` reached its quorum and settled."""
+        out: dict[str, RoundTimes] = {}
+        for rid, f, n, tq, tl in self.log:
+            if f == fit:
+                out[rid] = {"finished": n, "quorum_time": tq, "last_time": tl}
+        for r in self.rounds.values():
+            if r.fit == fit:
+                out[r.rid] = {"finished": r.finished, "quorum_time": r.t_quorum,
+                              "last_time": r.t_last}
+        return out
+
+    def _settle(self, r: Round, key: Hashable) -> None:
+        if key in r.open:
+            r.open.discard(key)
+            if not r.open:
+                r.t_last = self._clock()
+                self._on_settle(r)
+
+    def _retire(self, r: Round) -> None:
+        if self.rounds.pop(r.rid, None) is not None and r.logged:
+            self.log.append((r.rid, r.fit, r.finished, r.t_quorum, r.t_last))
+        self._on_settle(r)  # release waiters of a round that can no longer settle

@@ -1,0 +1,148 @@
+"""The scheduler plugin's round registry and liveness rules, without a scheduler: random
+sequences of what a round's tasks can do."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from daskabsp import liveness
+from daskabsp.protocol import RoundId
+from daskabsp.registry import RoundRegistry
+
+EVENTS = ("finished", "erred", "forgotten", "idle", "moved")
+
+
+@st.composite
+def histories(draw):
+    """A few rounds of a few tasks each, and a random interleaving of their events (every
+    task ends forgotten, as every key eventually does)."""
+    n_rounds = draw(st.integers(1, 3))
+    rounds = []
+    for r in range(n_rounds):
+        n = draw(st.integers(1, 5))
+        quorum = draw(st.integers(0, n))
+        rounds.append((RoundId("f1", r), quorum, [(f"k{r}", i) for i in range(n)]))
+    events = []
+    for _, _, keys in rounds:
+        for key in keys:
+            evs = draw(st.lists(st.sampled_from(EVENTS), max_size=3))
+            events += [(key, e) for e in evs] + [(key, "forgotten")]
+    order = draw(st.permutations(range(len(events))))
+    # each key's own events stay in order (a key is forgotten last)
+    by_key: dict = {}
+    for i in order:
+        by_key.setdefault(events[i][0], []).append(i)
+    seq, pos = [], {k: 0 for k in by_key}
+    own = {k: sorted(v) for k, v in by_key.items()}
+    for i in order:
+        key = events[i][0]
+        seq.append(events[own[key][pos[key]]])
+        pos[key] += 1
+    return rounds, seq
+
+
+@settings(max_examples=400)
+@given(histories())
+def test_a_round_settles_exactly_when_every_key_is_done_and_stops_once(case):
+    rounds, seq = case
+    settled: list[str] = []
+    reg = RoundRegistry(on_settle=lambda r: settled.append(r.rid))
+    where: dict = {}
+    for rid, quorum, keys in rounds:
+        for key in keys:
+            reg.announce(key, rid.annotation(quorum), client="c")
+            where[key] = "w1"
+    stops: dict[str, int] = {}
+    done: set = set()
+    finished: dict[str, int] = {}
+    for key, event in seq:
+        r = reg.round_of(key)
+        if event == "finished" and key not in done:
+            stop = reg.finished(key)
+            finished[r.rid] = finished.get(r.rid, 0) + 1
+            if stop is not None:
+                stops[stop.rid] = stops.get(stop.rid, 0) + 1
+                assert stop.quorum and finished[r.rid] >= stop.quorum
+            done.add(key)
+        elif event == "erred" and key not in done:
+            reg.erred(key)
+            done.add(key)
+        elif event == "idle" and r is not None:  # its worker reports it idle
+            reg.reported_idle(r.rid, where[key], [key], False, where.get)
+            done.add(key)
+        elif event == "moved":  # stolen: an idle report from the old worker no longer counts
+            old = where[key]
+            where[key] = old + "'"
+            if r is not None:
+                reg.reported_idle(r.rid, old, [key], False, where.get)
+        elif event == "forgotten":
+            reg.forgotten(key)
+            done.add(key)
+        for rid, _, keys in rounds:
+            live = reg.rounds.get(str(rid))
+            if live is not None:  # open exactly while a key is not done
+                assert live.settled == all(k in done for k in keys)
+    for rid, quorum, _keys in rounds:
+        assert stops.get(str(rid), 0) == (1 if quorum and finished.get(str(rid), 0) >= quorum
+                                          else 0)
+        assert settled.count(str(rid)) >= 1  # its waiters are told
+    assert reg.rounds == {} and reg.key_round == {}  # nothing left behind
+    assert {rid for rid, *_ in reg.log} == {str(rid) for rid, _, _ in rounds}
+
+
+def test_forgetting_a_fit_drops_its_log_and_keeps_running_rounds_out_of_it():
+    reg = RoundRegistry()
+    a, b = RoundId("fa", 0), RoundId("fb", 0)
+    reg.announce("x", a.annotation(1), "c")
+    reg.announce("y", b.annotation(1), "c")
+    reg.finished("x")
+    reg.forgotten("x")
+    assert set(reg.times("fa")) == {str(a)}
+    reg.forget_fit("fa")
+    assert reg.times("fa") == {}
+    reg.forget_fit("fb")  # still running: not logged when it retires
+    reg.finished("y")
+    reg.forgotten("y")
+    assert reg.times("fb") == {} and not reg.log
+
+
+def test_a_client_that_leaves_takes_its_rounds_along():
+    reg = RoundRegistry()
+    reg.announce("x", RoundId("f", 0).annotation(1), "gone")
+    reg.announce("y", RoundId("g", 0).annotation(1), "stays")
+    assert [r.rid for r in reg.remove_client("gone")] == ["f:0"]
+    assert set(reg.rounds) == {"g:0"} and set(reg.key_round) == {"y"}
+
+
+@given(st.dictionaries(st.sampled_from("abcdef"), st.floats(0, 100), min_size=1),
+       st.floats(0, 100), st.floats(0.1, 50))
+def test_silent_workers_are_those_quiet_for_long_but_never_all(last_seen, now, seconds):
+    quiet = liveness.silent(last_seen, now + 100, seconds)
+    floor = max(seconds, liveness.MISSED_HEARTBEATS * 0.5)  # up to 10 workers: 0.5 s beats
+    expected = {w for w, t in last_seen.items() if now + 100 - t > floor}
+    assert quiet == (set() if expected == set(last_seen) else expected)
+
+
+def test_a_round_is_given_up_only_when_all_its_open_tasks_are_on_quiet_workers():
+    assert liveness.all_on({"a": "w1", "b": "w2"}, {"w1"}) == []
+    assert liveness.all_on({"a": "w1", "b": None}, {"w1"}) == []
+    assert sorted(liveness.all_on({"a": "w1", "b": "w2"}, {"w1", "w2"})) == [
+        ("a", "w1"), ("b", "w2")]
+
+
+def test_waiting_on_follows_dependencies_to_data_only_quiet_workers_hold():
+    def task(key, state, **kw):
+        return SimpleNamespace(key=key, state=state, who_has=kw.get("who_has"),
+                               processing_on=kw.get("on"), dependencies=kw.get("deps", ()))
+
+    data = task("d", "memory", who_has={"w1"})
+    shared = task("s", "memory", who_has={"w1", "w2"})
+    waiting = task("t", "waiting", deps=(shared, data))
+    running = task("r", "processing", on="w1")
+    elsewhere = task("e", "processing", on="w2", deps=(shared,))
+    found = liveness.waiting_on([waiting, running, elsewhere, shared], {"w1"})
+    assert found == {"t": "w1", "r": "w1"}
+    assert liveness.waiting_on([waiting], set()) == {}
