@@ -1,6 +1,7 @@
 """Scan throughput: the runtime's chunked, stoppable scan over one partition
-(``daskabsp.run_partition`` outside a worker, default chunk target) against one vectorised numpy
-pass computing the same statistics (``LogisticGD.accumulate`` over the whole partition at once).
+(``daskabsp.runtime.run_partition`` outside a worker, default chunk target) against one
+vectorised numpy pass computing the same statistics (``LogisticGD.accumulate`` over the whole
+partition at once).
 
 Both run in this process with BLAS limited to one thread, as on a Dask worker (the nanny sets
 ``OMP_NUM_THREADS=1``), interleaved repeat by repeat. Two scan variants: "calibrating"
@@ -21,6 +22,7 @@ from threadpoolctl import threadpool_limits
 
 import daskabsp
 from daskabsp import config
+from daskabsp.runtime import run_partition
 
 TARGET = 0.8
 
@@ -51,7 +53,7 @@ def vectorised(program, params, X, y):
 
 def scan(program, params, X, y, chunk_rows):
     t0 = time.perf_counter()
-    res = daskabsp.run_partition(program, params, X, y, None, round_id="bench", cursor=0,
+    res = run_partition(program, params, X, y, None, round_id="bench", cursor=0,
                                  quota=X.shape[0], chunk_rows=chunk_rows)
     return time.perf_counter() - t0, res
 

@@ -18,26 +18,20 @@ from . import config  # loads the daskabsp.* config defaults
 # its event loop, and its heartbeats, for a second or more.
 _LAZY = {
     "FitInfo": "callbacks", "ProgressBar": "callbacks", "RoundCallback": "callbacks",
-    "RoundInfo": "callbacks", "close_embedded": "cluster", "get_client": "cluster",
-    "FitResult": "driver", "fit": "driver", "plot_objectives": "plot",
-    "AbspSchedulerPlugin": "plugins", "AbspWorkerPlugin": "plugins", "ABSP": "policies",
-    "BSP": "policies", "SYNC_NAMES": "policies", "Policy": "policies",
-    "as_policy": "policies", "LogisticGD": "programs", "Program": "programs",
-    "PartialResult": "runtime", "run_partition": "runtime", "SlowWorkers": "stragglers",
-    "slow_workers": "stragglers", "compute_answering": "answering",
-    "answering_workers": "answering", "stuck_keys": "answering",
+    "RoundInfo": "callbacks", "close_embedded": "cluster", "FitResult": "fitting",
+    "PlacedData": "fitting", "fit": "fitting", "fit_async": "fitting", "place": "fitting",
+    "place_async": "fitting", "plot_objectives": "plot", "ABSP": "policies", "BSP": "policies",
+    "SYNC_NAMES": "policies", "Policy": "policies", "LogisticGD": "programs",
+    "Program": "programs", "SlowWorkers": "stragglers", "slow_workers": "stragglers",
 }
 
 if TYPE_CHECKING:
-    from .answering import answering_workers, compute_answering, stuck_keys
     from .callbacks import FitInfo, ProgressBar, RoundCallback, RoundInfo
-    from .cluster import close_embedded, get_client
-    from .driver import FitResult, fit
+    from .cluster import close_embedded
+    from .fitting import FitResult, PlacedData, fit, fit_async, place, place_async
     from .plot import plot_objectives
-    from .plugins import AbspSchedulerPlugin, AbspWorkerPlugin
-    from .policies import ABSP, BSP, SYNC_NAMES, Policy, as_policy
+    from .policies import ABSP, BSP, SYNC_NAMES, Policy
     from .programs import LogisticGD, Program
-    from .runtime import PartialResult, run_partition
     from .stragglers import SlowWorkers, slow_workers
 
 
@@ -60,27 +54,22 @@ __all__ = [
     "ABSP",
     "BSP",
     "SYNC_NAMES",
-    "AbspSchedulerPlugin",
-    "AbspWorkerPlugin",
     "FitInfo",
     "FitResult",
     "LogisticGD",
-    "PartialResult",
+    "PlacedData",
     "Policy",
     "Program",
     "ProgressBar",
     "RoundCallback",
     "RoundInfo",
     "SlowWorkers",
-    "answering_workers",
-    "as_policy",
     "close_embedded",
-    "compute_answering",
     "config",
     "fit",
-    "get_client",
+    "fit_async",
+    "place",
+    "place_async",
     "plot_objectives",
-    "run_partition",
     "slow_workers",
-    "stuck_keys",
 ]

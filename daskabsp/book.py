@@ -1,20 +1,18 @@
 """Per-partition bookkeeping of a fit: where each partition's scan starts, how it is chunked,
-which worker it is asked to run on, and how long it went without being counted."""
+and how long it went without being counted (pure, no Dask)."""
 
 from __future__ import annotations
 
-import math
-from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from . import cursors
-from .policies import Policy
 from .runtime import PartialResult
 
 
 @dataclass
 class PartitionBook:
-    """The state the driver keeps per partition between rounds.
+    """The state the fit keeps per partition between rounds.
 
     Attributes
     ----------
@@ -22,8 +20,6 @@ class PartitionBook:
         Rows per partition.
     quotas : list of int
         Rows each partition should scan per round (the ``quota`` of the fit).
-    owner : list of str
-        Worker each partition's own task is asked to run on.
     cursor : list of int
         Row each partition's next scan starts at.
     chunk_rows : list of int or None
@@ -34,7 +30,6 @@ class PartitionBook:
 
     sizes: tuple[int, ...]
     quotas: list[int]
-    owner: list[str]
     cursor: list[int] = field(default_factory=list)
     chunk_rows: list[int | None] = field(default_factory=list)
     staleness: list[int] = field(default_factory=list)
@@ -48,10 +43,6 @@ class PartitionBook:
     def __len__(self) -> int:
         return len(self.sizes)
 
-    def round_quotas(self, full: bool) -> list[int]:
-        """Each partition's quota this round: every row for a ``full`` round."""
-        return list(self.sizes) if full else list(self.quotas)
-
     def order(self) -> list[int]:
         """The partitions in submission order: those that got nothing last go first (workers
         start tasks in the order they arrive, so a partition queued behind another would
@@ -62,13 +53,15 @@ class PartitionBook:
         """The row after the first ``rows`` rows of partition ``p``'s scan this round."""
         return cursors.advance(self.cursor[p], rows, self.sizes[p])
 
-    def record(self, policy: Policy, results: list[PartialResult], owned: list[PartialResult],
-               counted: list[bool], *, probe_rows: int, chunk_target: float) -> None:
-        """Advance after a round: ``results`` are what each partition counted (its own scan
-        and its helpers'), ``owned`` its own task's result (whose speed sizes its chunks)."""
-        for p, (res, own) in enumerate(zip(results, owned, strict=True)):
-            self.cursor[p] = policy.next_cursor(self.cursor[p], res.rows, self.sizes[p],
-                                                finished=not res.stopped)
+    def record(self, next_cursor: Sequence[int], counted: Sequence[bool],
+               owned: Sequence[PartialResult], *, probe_rows: int,
+               chunk_target: float) -> None:
+        """Advance after a round: each partition resumes at ``next_cursor[p]``; its
+        staleness resets if it ``counted``; ``owned[p]``, its own task's result, sizes its
+        chunks from the speed it showed."""
+        for p, own in enumerate(owned):
+            self.cursor[p] = int(next_cursor[p])
+            self.staleness[p] = 0 if counted[p] else self.staleness[p] + 1
             if own.chunk_rows and own.rows >= 4 * own.chunk_rows:
                 # Refine from the whole scan's speed (the probe chunk is noisy). Not below the
                 # probe's rows: a chunk's fixed cost (its share of statistics the size of the
@@ -80,24 +73,13 @@ class PartitionBook:
                                              / max(own.compute_seconds, 1e-9)))
             elif own.chunk_rows:
                 self.chunk_rows[p] = own.chunk_rows
-            self.staleness[p] = 0 if counted[p] else self.staleness[p] + 1
 
 
-def balance(assignment: list[str | None], nthreads: dict[str, int]) -> list[str]:
-    """Assign partitions to live workers in proportion to their threads, moving as few as
-    possible: a partition stays on its worker unless that worker is gone or over its share."""
-    total = sum(nthreads.values())
-    n = len(assignment)
-    cap = {w: math.ceil(n * t / total) for w, t in nthreads.items()}
-    load: Counter[str] = Counter()
-    out: list[str | None] = [None] * n
-    for p, w in enumerate(assignment):
-        if w in cap and load[w] < cap[w]:
-            out[p] = w
-            load[w] += 1
-    for p in range(n):
-        if out[p] is None:
-            w = min(sorted(nthreads), key=lambda w: (load[w] / nthreads[w], load[w]))
-            out[p] = w
-            load[w] += 1
-    return out  # type: ignore[return-value]
+def quotas_of(quota: int | float | None, sizes: Sequence[int]) -> list[int]:
+    """Each partition's rows per round for the fit's ``quota``: an int (rows, at most the
+    partition), a float in (0, 1] (a fraction of the partition) or None (all of it)."""
+    if quota is None:
+        return list(sizes)
+    if isinstance(quota, float):
+        return [max(1, round(quota * n)) for n in sizes]
+    return [min(int(quota), n) for n in sizes]

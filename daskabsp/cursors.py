@@ -13,17 +13,3 @@ def advance(cursor: int, rows: int, n: int) -> int:
     """Return the cursor after processing ``rows`` rows from ``cursor`` in a partition of ``n``."""
     return (cursor + rows) % n if n else 0
 
-
-def segments(cursor: int, rows: int, n: int) -> list[tuple[int, int]]:
-    """Return the row ranges ``[(start, stop), ...]`` covered by ``rows`` rows from ``cursor``.
-
-    At most two ranges: one up to the end of the partition and one from row 0 after the wrap.
-    """
-    if not 0 <= rows <= n:
-        raise ValueError(f"rows must be in [0, {n}], got {rows}")
-    if rows == 0:
-        return []
-    stop = cursor + rows
-    if stop <= n:
-        return [(cursor, stop)]
-    return [(cursor, n), (0, stop - n)]

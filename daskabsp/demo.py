@@ -15,7 +15,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from .cluster import fast_malloc
-from .driver import fit
+from .fitting import fit
 from .policies import ABSP, BSP
 from .programs import LinearNewton, LogisticGD
 from .programs.newton import hessian_limit

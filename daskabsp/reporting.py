@@ -61,7 +61,7 @@ def page_link(client) -> str | None:
     return base + PAGE
 
 
-async def open_reporter(client, fit: str, signal: str) -> FitReporter | None:
+async def open_reporter(client, fit: str, scheduler_plugin: bool) -> FitReporter | None:
     """A reporter for ``fit`` if its scheduler serves the page; else say once where to get it.
 
     Parameters
@@ -70,11 +70,11 @@ async def open_reporter(client, fit: str, signal: str) -> FitReporter | None:
         The fit's client (the fit runs on its event loop).
     fit : str
         The fit's id.
-    signal : str
-        How the fit's stops are sent (see :func:`daskabsp.plugins.ensure_plugins`); the page's
-        data come from the scheduler plugin, installed only under ``"scheduler"``.
+    scheduler_plugin : bool
+        Whether daskabsp's scheduler plugin runs (see :func:`daskabsp.plugins.ensure_plugins`):
+        the page's data come from it.
     """
-    if signal != "scheduler":
+    if not scheduler_plugin:
         _say_once("daskabsp: fits show on the dashboard page only when daskabsp's scheduler "
                   "plugin runs (daskabsp installed on the scheduler, daskabsp.signal = "
                   "'scheduler'); see %s.", DOCS)

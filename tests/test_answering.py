@@ -15,7 +15,7 @@ import pytest
 from distributed import Client, LocalCluster
 from sklearn.datasets import make_blobs
 
-from daskabsp import answering_workers, compute_answering, stuck_keys
+from daskabsp.answering import answering_workers, compute_answering, stuck_keys
 from daskabsp.estimators import KMeans
 from daskabsp.estimators._kmeans_init import BlockDraws, Candidates
 

@@ -6,9 +6,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daskabsp import ABSP, BSP, run_partition
-from daskabsp.cursors import advance, segments
+from daskabsp import ABSP, BSP
+from daskabsp.cursors import advance
 from daskabsp.programs import Program
+from daskabsp.runtime import run_partition
 
 
 class RowRecorder(Program):
@@ -59,8 +60,7 @@ def test_cursor_visits_every_row_once_per_cycle_in_order(case):
     policy = ABSP()
     cursor, visited = 0, []
     for quota, rows in steps:
-        for a, b in segments(cursor, rows, n):
-            visited.extend(range(a, b))
+        visited.extend((cursor + i) % n for i in range(rows))
         cursor = policy.next_cursor(cursor, rows, n, finished=rows == quota)
     expected = [i % n for i in range(len(visited))]
     assert visited == expected
@@ -81,17 +81,6 @@ def test_runtime_scan_follows_the_cursor(case, chunk_rows):
         assert visit_order(res.stats) == [(cursor + i) % n for i in range(quota)]
         assert res.cursor == advance(cursor, quota, n)
         cursor = res.cursor
-
-
-@settings(deadline=None)
-@given(st.integers(1, 50), st.integers(0, 49), st.data())
-def test_segments_cover_rows(n, cursor, data):
-    cursor %= n
-    rows = data.draw(st.integers(0, n))
-    segs = segments(cursor, rows, n)
-    assert len(segs) <= 2
-    assert sum(b - a for a, b in segs) == rows
-    assert all(0 <= a < b <= n for a, b in segs)
 
 
 def test_drop_keeps_cursor_and_restart_resets():

@@ -347,7 +347,8 @@ def test_plugin_forgets_finished_rounds(client, data):
 
     def state(dask_scheduler):
         p = dask_scheduler.plugins["daskabsp"]
-        return len(p.rounds), len(p.key_round) + len(p._announced)
+        waiting = len(p._announced) + len(p._settled)
+        return len(p.registry.rounds), len(p.registry.key_round) + waiting
 
     # Round keys are released when the fit ends and the scheduler forgets them asynchronously:
     # wait for that condition (bounded), not for a fixed time.

@@ -65,20 +65,19 @@ def test_dask_input_with_nan_is_rejected(client, xy):
 
 
 @pytest.mark.parametrize(
-    "source, match",
+    "kwargs, match",
     [
-        (lambda X, y: (X,), "source must be a tuple \\(X, y, sample_weight\\)"),
-        (lambda X, y: (X[:10], y, None),
-         "source's X must have the shape of X, \\(2000, 4\\), got \\(10, 4\\)"),
-        (lambda X, y: (X, y[:5], None),
-         "source's y must have one entry per row of X \\(2000\\), got 5"),
+        (dict(y=np.zeros(2000)), "y and sample_weight are placed with the rows"),
+        (dict(sample_weight=np.ones(2000)), "y and sample_weight are placed with the rows"),
+        (dict(n_partitions=3), "n_partitions=3 does not match the placed rows' 2 partitions"),
     ],
 )
-def test_bad_source_raises_before_submitting(client, xy, source, match):
-    import dask.array as da
+def test_bad_arguments_with_placed_rows_raise_before_submitting(client, xy, kwargs, match):
+    import daskabsp
 
     X, y = xy
+    placed = daskabsp.place(X, y, n_partitions=2)
     before = set(client.run_on_scheduler(daskabsp_keys))
     with pytest.raises(ValueError, match=match):
-        fit(LogisticGD(), da.from_array(X, chunks=(500, 4)), y, source=source(X, y))
+        fit(LogisticGD(), placed, **kwargs)
     assert set(client.run_on_scheduler(daskabsp_keys)) <= before

@@ -74,6 +74,14 @@ class Program(ABC):
     #: when a scan wraps to row 0 (:attr:`PartitionStats.stats_before_wrap`; one copy of the
     #: accumulator per task and round).
     split_at_wrap: ClassVar[bool] = False
+    #: Seconds of work per chunk of a partition scan, at least (see :func:`daskabsp.fit`'s
+    #: ``chunk_target``): a program whose chunks have a sizeable fixed cost raises it.
+    min_chunk_seconds: ClassVar[float] = 0.0
+
+    def min_partition_rows(self, n_features: int) -> int:
+        """Rows a partition should hold at least for this program's rounds to be useful
+        (default 0: no minimum beyond ``daskabsp.min-partition-rows``)."""
+        return 0
 
     def check_input(self, X, y) -> None:
         """Raise ``ValueError`` if in-memory ``X``, ``y`` are not valid for this program."""

@@ -74,6 +74,9 @@ class LloydKMeans(Program):
     needs_y: ClassVar[bool] = False
     accepts_sample_weight: ClassVar[bool] = True
     split_at_wrap: ClassVar[bool] = True
+    #: A chunk's fixed cost (tens of numpy calls) stays small against 10 ms of work, as for
+    #: the Newton programs (:attr:`NewtonProgram.min_chunk_seconds`).
+    min_chunk_seconds: ClassVar[float] = 0.010
 
     initial_centers: np.ndarray = field(default_factory=lambda: np.zeros((1, 1)))
     tol: float = 1e-4

@@ -1,0 +1,166 @@
+"""The helper phase of an A-BSP round: the rows stopped partitions left, scanned elsewhere.
+
+Once a round is stopped, what each stopped partition left of its quota is split (by
+:func:`daskabsp.coverage.plan`) among the workers holding a copy of it, in proportion to the
+speed each showed, and scanned there in the same round; the pieces are merged with the
+partitions' own scans (:func:`daskabsp.coverage.merge`), so every row counts at most once.
+Copies are made in the background once the time a partition's owner alone spends on what it
+left has paid for them (:meth:`daskabsp.rates.Rates.charge`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import config, coverage
+from ..book import PartitionBook
+from ..protocol import RoundId
+from ..rates import Rates
+from ..runtime import PartialResult
+from .link import Link, idle_result
+from .placement import Placement
+from .plan import Outcome
+
+
+@dataclass
+class Helped:
+    """What a helper phase came to.
+
+    Attributes
+    ----------
+    outcomes : list of Outcome
+        Per partition, its own scan merged with the pieces that continue it.
+    helper_rows : Counter
+        Counted rows each helper scanned.
+    silent : set of str
+        Helpers given up on (they went silent): their pieces count nothing.
+    """
+
+    outcomes: list[Outcome]
+    helper_rows: Counter = field(default_factory=Counter)
+    silent: set[str] = field(default_factory=set)
+
+
+class HelperPhase:
+    """The helper phases of one fit, and the scan rates they are planned from.
+
+    Parameters
+    ----------
+    n_partitions : int
+        Partitions of the fit.
+    rent_due : list of float
+        Per partition, the seconds a copy of it is expected to take.
+    chunk_target : float
+        Seconds of work per chunk of a piece's scan.
+    combine : callable
+        The program's :meth:`~daskabsp.programs.Program.combine`.
+    """
+
+    def __init__(self, n_partitions: int, rent_due: list[float], chunk_target: float,
+                 combine: Callable[[list], Any]) -> None:
+        self.rates = Rates(n_partitions)
+        self.rent_due = rent_due
+        self.chunk_target = chunk_target
+        self.combine = combine
+
+    def observe(self, owned: Sequence[PartialResult]) -> None:
+        """Take in the round's own scans (speeds, costs)."""
+        self.rates.observe(owned)
+
+    def copy_stragglers(self, placement: Placement, owned: Sequence[PartialResult],
+                        quotas: Sequence[int], threads: Mapping[str, int],
+                        blocked: set[str]) -> None:
+        """Start copying, in the background, each partition whose copy has paid for itself
+        (see :meth:`Rates.charge`: the time its owner alone spent on what it left, summed over
+        the rounds, exceeds the copy's time; at once for a partition whose owner is in
+        ``blocked``: silent, or its threads held by other work) to the fastest worker without
+        one, up to ``daskabsp.replicas`` copies: from the next round on, helpers can scan its
+        rows there. The round does not wait for it."""
+        limit = int(config.get("replicas"))
+        left = {p: quotas[p] - res.rows for p, res in enumerate(owned)
+                if quotas[p] > res.rows and not placement.copying(p)}
+        paid = self.rates.charge(left, placement.owner, [w for w in threads if w not in blocked],
+                                 slack=config.seconds("help-above"), blocked=blocked)
+        for p in left:
+            have = placement.holders(p)
+            if len(have) > limit or paid[p] < self.rent_due[p]:
+                continue
+            free = [w for w in threads if w not in have and w not in blocked]
+            if free:
+                placement.copy(p, max(free, key=lambda w, p=p: (self.rates.rate(w, p), w)))
+
+    def leftovers(self, placement: Placement, book: PartitionBook,
+                  owned: Sequence[PartialResult], quotas: Sequence[int],
+                  blocked: set[str]) -> list[coverage.Leftover]:
+        """What the partitions' own scans left of their quotas, and who can read it."""
+        return [coverage.Leftover(p, book.leftover_start(p, res.rows), quotas[p] - res.rows,
+                                  book.sizes[p], tuple(w for w in placement.holders(p)
+                                                       if w not in blocked))
+                for p, res in enumerate(owned) if quotas[p] > res.rows]
+
+    def worth_it(self, leftovers: list[coverage.Leftover],
+                 owned: Sequence[PartialResult]) -> bool:
+        """Whether the owners would take ``daskabsp.help-above`` or more on what they left:
+        below it, a task round trip costs more than counting those rows next round."""
+        rates = self.rates
+        return bool(leftovers) and max(
+            lo.rows / max(rates.own[lo.partition] or rates.rate(
+                owned[lo.partition].worker, lo.partition), 1e-9)
+            for lo in leftovers) >= config.seconds("help-above")
+
+    async def run(self, link: Link, placement: Placement, book: PartitionBook, params,
+                  hid: RoundId, owned: Sequence[PartialResult], quotas: Sequence[int],
+                  threads: Mapping[str, int], blocked: set[str], *, needed: bool) -> Helped:
+        """The helper phase ``hid`` of a round whose own scans were ``owned``: helpers
+        (not those in ``blocked``) scan what was left, unless the program did not ``need``
+        the round to cover every row and the leftovers are small (:meth:`worth_it`)."""
+        own = Helped([Outcome.own(res) for res in owned])
+        leftovers = self.leftovers(placement, book, owned, quotas, blocked)
+        if not leftovers or not (needed or self.worth_it(leftovers, owned)):
+            return own
+        live = {w: n for w, n in threads.items() if w not in blocked}
+        pieces = coverage.plan(
+            leftovers, {w: self.rates.worker_speed(w) for w in live}, live,
+            min_rows=int(config.get("probe-rows")),
+            cost={lo.partition: self.rates.cost(lo.partition) for lo in leftovers})
+        if not pieces:
+            return own
+        batches = coverage.batches(pieces, live)
+        futs = link.submit_pieces(hid, params, [
+            (w, [(*placement.holders(pc.partition)[w], pc.start, pc.rows,
+                  max(1, int(self.rates.rate(w, pc.partition) * self.chunk_target)))
+                 for pc in batch]) for w, batch in batches], self.chunk_target)
+        got = await link.collect(futs, hid, [0] * len(futs), quorum=0, settle=True)
+        del futs
+        # A batch given up on (its worker went silent) or never run lost all its pieces.
+        scanned = [res for (w, batch), res in zip(batches, got.results, strict=True)
+                   for res in (res if isinstance(res, list) else
+                               [idle_result(pc.start, w) for pc in batch])]
+        pieces = [pc for _, batch in batches for pc in batch]
+        self.rates.observe_pieces(owned, ((pc.partition, res) for pc, res in zip(
+            pieces, scanned, strict=True)))
+        out = self._merge(book, owned, quotas, pieces, scanned)
+        out.silent = set(got.late.values())
+        return out
+
+    def _merge(self, book: PartitionBook, owned: Sequence[PartialResult], quotas: Sequence[int],
+               pieces: list[coverage.Piece], scanned: list[PartialResult]) -> Helped:
+        """Each partition's own scan merged with its pieces (a piece given up on, or cut
+        short, counts nothing)."""
+        by_part: dict[int, list] = {}
+        for pc, res in zip(pieces, scanned, strict=True):
+            by_part.setdefault(pc.partition, []).append(
+                (pc, res.stats if res.rows == pc.rows else None))
+        out = Helped([Outcome.own(res) for res in owned])
+        for p, done in by_part.items():
+            own = owned[p]
+            cov = coverage.merge(book.cursor[p], book.sizes[p], own.rows, own.stats,
+                                 own.stats_before_wrap, done, self.combine)
+            out.outcomes[p] = Outcome(cov.rows, cov.stats, cov.stats_before_wrap,
+                                      cov.rows < quotas[p], own.rows, own.worker)
+            for pc in cov.pieces:
+                out.helper_rows[pc.worker] += pc.rows
+        return out

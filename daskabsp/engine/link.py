@@ -1,0 +1,363 @@
+"""The fit's link to the cluster: submit a round's tasks, stop them, collect what they return.
+
+How a round's stop reaches the workers is chosen once per fit, as a :class:`Path`:
+
+- :class:`SchedulerPath`: daskabsp's scheduler plugin stops the round when its quorum has
+  finished, and says when the round has settled (its queued tasks reported idle);
+- :class:`DriverPath`: the fitting process watches the results and sends the stop itself
+  (``daskabsp.signal: driver``);
+- :class:`OpaquePath`: as the driver path, for a scheduler that cannot import daskabsp: the
+  tasks call daskabsp's functions, scattered to the workers, through ``dask.utils.apply``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import dask
+import distributed
+from dask.sizeof import sizeof
+from dask.utils import apply
+from distributed import Future, as_completed
+
+from .. import config
+from ..answering import gather_answering, silent_of, stuck_of
+from ..partitions import check_finite_block, wait_all
+from ..plugins import ensure_plugins, stop_on_worker
+from ..protocol import (
+    FORGET_HANDLER,
+    ROUND_INFO_HANDLER,
+    SETTLED_HANDLER,
+    RoundId,
+    SettledReply,
+    SignalPath,
+)
+from ..runtime import PartialResult, run_partition, run_pieces
+
+logger = logging.getLogger(__name__)
+
+
+def idle_result(cursor: int, worker: str) -> PartialResult:
+    """The result of a task that had not started when its round stopped: nothing computed."""
+    return PartialResult(stats=None, rows=0, cursor=cursor, stopped=True, compute_seconds=0.0,
+                         start=math.nan, stop=math.nan, worker=worker, chunk_rows=0)
+
+
+@dataclass
+class Collected:
+    """What a round's tasks came back with.
+
+    Attributes
+    ----------
+    results : list of PartialResult
+        In the order the futures were given; an idle result for a task not waited for.
+    late : dict
+        ``{index: worker}`` of the tasks given up on (their worker went silent).
+    occupied : set of str
+        Workers whose threads other work held when the round stopped.
+    """
+
+    results: list[PartialResult]
+    late: dict[int, str]
+    occupied: set[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ScanTask:
+    """One partition's own task of a round (see :func:`~daskabsp.runtime.run_partition`).
+
+    Attributes
+    ----------
+    partition : int
+        The partition.
+    data : tuple
+        Its ``(X, y, sample_weight)`` futures.
+    owner : str
+        The worker asked to run it (others may, if it cannot).
+    priority : int
+        Its priority among the round's tasks (the scheduler starts higher ones first).
+    cursor, quota : int
+        Where its scan starts, and the rows it is asked for.
+    chunk_rows : int or None
+        Rows per chunk (None: calibrate).
+    """
+
+    partition: int
+    data: tuple
+    owner: str
+    priority: int
+    cursor: int
+    quota: int
+    chunk_rows: int | None
+
+
+class Path:
+    """How stops reach the workers, and how tasks are submitted on that path."""
+
+    #: The scheduler plugin runs: it stops rounds, settles them and times them.
+    scheduler_plugin = False
+
+    async def start(self, client, program) -> None:
+        """Prepare the path for a fit of ``program``."""
+
+    def submit(self, client, name: str, func, args: tuple, kwargs: dict, opts: dict) -> Future:
+        """``client.submit(func, *args, **kwargs, **opts)``; ``name`` names ``func``."""
+        return client.submit(func, *args, **kwargs, **opts)
+
+    def program(self, program):
+        """The program as the tasks take it."""
+        return program
+
+    async def watch(self, link: Link, futs: list[Future], rid: RoundId, quorum: int) -> None:
+        """Stop round ``rid`` once ``quorum`` of ``futs`` have finished (0: never)."""
+
+
+class SchedulerPath(Path):
+    """The scheduler plugin stops the round: nothing to do here."""
+
+    scheduler_plugin = True
+
+
+class DriverPath(Path):
+    """The fitting process stops the round: it counts the results as they arrive."""
+
+    async def watch(self, link: Link, futs: list[Future], rid: RoundId, quorum: int) -> None:
+        if not quorum:
+            return
+        done = 0
+        async for _ in as_completed(futs, loop=link.client.loop):
+            done += 1
+            if done == quorum:
+                await link.client.run(stop_on_worker, [str(rid)])
+                return
+
+
+class OpaquePath(DriverPath):
+    """The scheduler deserialises task graphs and cannot import daskabsp: daskabsp's
+    functions and the program travel as scattered data, called through
+    ``dask.utils.apply``."""
+
+    async def start(self, client, program) -> None:
+        names = ("run", "pieces", "check", "program")
+        remote = await client.scatter(
+            [run_partition, run_pieces, check_finite_block, program], broadcast=True,
+            hash=False)
+        self._remote = dict(zip(names, remote, strict=True))
+
+    def submit(self, client, name: str, func, args: tuple, kwargs: dict, opts: dict) -> Future:
+        return client.submit(apply, self._remote[name], list(args), kwargs, **opts)
+
+    def program(self, program):
+        return self._remote["program"]
+
+
+_PATHS: dict[SignalPath, type[Path]] = {
+    SignalPath.SCHEDULER: SchedulerPath, SignalPath.DRIVER: DriverPath,
+    SignalPath.OPAQUE: OpaquePath,
+}
+
+
+class Link:
+    """One fit's dealings with the cluster.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The fit's client (the fit runs on its event loop).
+    fit_id : str
+        The fit's id.
+    program : Program
+        The fit's program.
+    path : Path
+        How stops reach the workers (:meth:`open` chooses it).
+    """
+
+    def __init__(self, client, fit_id: str, program, path: Path) -> None:
+        self.client = client
+        self.fit_id = fit_id
+        self.program = program
+        self.path = path
+        self.in_flight: list[RoundId] = []  # the rounds whose tasks may be running
+        self._halted: asyncio.Future | None = None
+
+    @classmethod
+    async def open(cls, client, fit_id: str, program) -> Link:
+        """Install daskabsp's plugins if needed and choose the stop path."""
+        path = _PATHS[await ensure_plugins(client)]()
+        await path.start(client, program)
+        return cls(client, fit_id, program, path)
+
+    # -- submitting ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _annotated(self, rid: RoundId, quorum: int) -> Iterator[None]:
+        with distributed.span("daskabsp", f"{self.program.name}-{self.fit_id}"), \
+                dask.annotate(daskabsp=rid.annotation(quorum)):
+            yield
+
+    def _submit(self, name, func, *args, key, workers=None, priority=0, **kwargs) -> Future:
+        opts = dict(key=key, workers=workers, allow_other_workers=True, priority=priority,
+                    pure=False)
+        return self.path.submit(self.client, name, func, args, kwargs, opts)
+
+    def submit_round(self, rid: RoundId, quorum: int, params, tasks: list[ScanTask],
+                     chunk_target: float) -> list[Future]:
+        """Submit ``tasks``, in that order (workers start tasks in the order they arrive),
+        as round ``rid``, stopped once ``quorum`` have finished (0: never). Returns the
+        futures in partition order."""
+        prefix = rid.key_prefix(self.program.name)
+        program = self.path.program(self.program)
+        futs = {}
+        with self._annotated(rid, quorum):
+            for t in tasks:
+                futs[t.partition] = self._submit(
+                    "run", run_partition, program, params, *t.data, key=(prefix, t.partition),
+                    workers=[t.owner], priority=t.priority, round_id=str(rid),
+                    cursor=t.cursor, quota=t.quota, chunk_rows=t.chunk_rows,
+                    chunk_target=chunk_target, ends_round=quorum == 1)
+        return [futs[p] for p in sorted(futs)]
+
+    def submit_pieces(self, rid: RoundId, params, batches: list[tuple[str, list]],
+                      chunk_target: float) -> list[Future]:
+        """One task per ``(worker, pieces)`` batch, scanning each piece's rows in turn
+        (:func:`~daskabsp.runtime.run_pieces`); the round is never stopped."""
+        prefix = rid.key_prefix(self.program.name)
+        with self._annotated(rid, 0):
+            return [self._submit("pieces", run_pieces, self.path.program(self.program),
+                                 params, args, round_id=str(rid), chunk_target=chunk_target,
+                                 key=(prefix, i), workers=[w])
+                    for i, (w, args) in enumerate(batches)]
+
+    def submit_check(self, block: Future) -> Future:
+        """A task that says whether ``block`` holds only finite values."""
+        return self.path.submit(self.client, "check", check_finite_block, (block,), {},
+                                dict(pure=False))
+
+    @contextlib.asynccontextmanager
+    async def round_params(self, params, rid: RoundId):
+        """``params`` as round ``rid``'s tasks take them: inline, or, when larger than
+        ``daskabsp.inline-params``, scattered once for the round (every task then depends on
+        that one key instead of carrying a copy) and released when the round is over."""
+        if sizeof(params) <= config.nbytes("inline-params"):
+            yield params
+            return
+        key = rid.key_prefix(self.program.name, "-params")
+        # A dict, because scatter would split a tuple of parameters into one key per item.
+        fut = (await self.client.scatter({key: params}, broadcast=True, hash=False))[key]
+        try:
+            yield fut
+        finally:
+            fut.release()
+
+    # -- collecting ----------------------------------------------------------------------------
+
+    async def gather(self, futs: list[Future]) -> list:
+        """``client.gather(futs)``, entered once they are all done (a gather cancelled while
+        it waits leaves distributed's waiters behind, which raise when the futures are
+        released; :func:`~daskabsp.partitions.wait_all`'s end quietly)."""
+        await wait_all(self.client, futs)
+        return await self.client.gather(futs)
+
+    async def collect(self, futs: list[Future], rid: RoundId, cursors: list[int], *,
+                      quorum: int, settle: bool) -> Collected:
+        """Round ``rid``'s results, once it is stopped (at ``quorum``; 0: never) and settled.
+
+        With ``settle``, on the scheduler path, stop waiting once the scheduler says the round
+        has settled: a task still queued when the stop reached its worker computes nothing,
+        so it gets an idle result here (``cursors[i]``: where task ``i`` would have started)
+        and its future is released, usually before it runs; and tasks on a worker that went
+        silent are given up on (``late``)."""
+        await self.path.watch(self, futs, rid, quorum)
+        if not (settle and self.path.scheduler_plugin):
+            return Collected(await self.gather(futs), {}, set())
+        settled = getattr(self.client.scheduler, SETTLED_HANDLER)
+        ans: SettledReply = await settled(
+            round=str(rid), unresponsive=config.seconds("unresponsive-after")) or {
+            "idle": [], "late": [], "occupied": []}
+        idle = dict(ans["idle"])
+        # Given up: their worker went silent. Their rows stay unprocessed; whatever they
+        # return later is never gathered (the futures are released with the round).
+        late = dict(ans["late"])
+        # A result finished just before its worker froze is given up on the same way.
+        got, lost = await gather_answering(
+            self.client, [f for f in futs if f.key not in idle and f.key not in late])
+        late.update(lost)
+        skipped = {**idle, **late}
+        results = [idle_result(cursors[i], skipped[f.key]) if f.key in skipped
+                   else got[f.key] for i, f in enumerate(futs)]
+        return Collected(results, {i: late[f.key] for i, f in enumerate(futs) if f.key in late},
+                         set(ans["occupied"]))
+
+    async def cancel(self, futs: list[Future]) -> None:
+        """Release ``futs`` on the cluster (a round being retried)."""
+        await self.client.cancel(futs)
+
+    # -- stopping ------------------------------------------------------------------------------
+
+    def halt(self) -> asyncio.Future:
+        """Stop the rounds in flight, if any, on every worker; call on the client's loop.
+
+        For a fit that was interrupted or cancelled: Dask cannot interrupt a running task, and
+        releasing its future would leave it computing its whole quota; with its round's stop
+        flag set it returns at its next chunk. Stops once; later calls wait for the same stop.
+        """
+        if self._halted is None:
+            self._halted = asyncio.ensure_future(self._stop_everywhere(list(self.in_flight)))
+        return self._halted
+
+    async def _stop_everywhere(self, rids: list[RoundId]) -> None:
+        if not rids:
+            return
+        try:
+            await self.client.run(stop_on_worker, [str(r) for r in rids])
+        except Exception as e:  # e.g. the client is closing: its tasks are released anyway
+            logger.debug("daskabsp: could not stop rounds %s: %r", rids, e)
+
+    # -- asking the scheduler ------------------------------------------------------------------
+
+    async def threads(self) -> dict[str, int]:
+        """Threads per worker of the cluster now."""
+        return await self.client.scheduler.ncores()
+
+    async def silent(self, workers) -> set[str]:
+        """Those of ``workers`` not heard from for ``daskabsp.unresponsive-after``."""
+        return await silent_of(self.client, workers)
+
+    async def stuck(self, keys) -> dict:
+        """``{key: silent worker}`` for those of ``keys`` waiting on (or held only by)
+        workers not heard from for ``daskabsp.unresponsive-after``."""
+        return await stuck_of(self.client, keys)
+
+    async def who_has(self, futures: list[Future]) -> dict[str, list[str]]:
+        """``{key: workers holding it}`` of ``futures``."""
+        return await self.client.scheduler.who_has(keys=[f.key for f in futures])
+
+    async def round_times(self, rids: list[RoundId], epoch0: float):
+        """Per round, from the scheduler's log: quorum to last result (the harvest latency),
+        and when the quorum was reached (the stop sent) in seconds after ``epoch0``; None
+        without the scheduler plugin."""
+        if not self.path.scheduler_plugin:
+            return None, None
+        nan = [math.nan] * len(rids)
+        try:
+            info = await getattr(self.client.scheduler, ROUND_INFO_HANDLER)(fit=self.fit_id)
+        except Exception:
+            return nan, nan
+        latency, stop_time = [], []
+        for rid in rids:
+            i = info.get(str(rid)) or {}
+            tq, tl = i.get("quorum_time"), i.get("last_time")
+            latency.append(tl - tq if tq is not None and tl is not None else math.nan)
+            stop_time.append(tq - epoch0 if tq is not None else math.nan)
+        return latency, stop_time
+
+    async def forget(self) -> None:
+        """Tell the scheduler plugin the fit has ended (it drops the fit's round log and the
+        workers' stop flags)."""
+        if self.path.scheduler_plugin:
+            await getattr(self.client.scheduler, FORGET_HANDLER)(fit=self.fit_id)

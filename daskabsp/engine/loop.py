@@ -1,0 +1,186 @@
+"""The round loop of the policies with global rounds: BSP and A-BSP (quorum, drop, the
+published variant and the default with helpers).
+
+One round is a short pipeline: plan (:func:`~daskabsp.engine.plan.plan_round`) -> run (the
+partitions' own tasks, stopped at the quorum) -> help (the leftovers scanned by helpers) ->
+settle (:func:`~daskabsp.engine.plan.settle`) -> update (the program) -> membership -> observe
+-> stop? Every decision lives in a room of its own; this module only strings them together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from distributed.client import FutureCancelledError
+from distributed.scheduler import KilledWorker
+
+from .. import config
+from ..book import PartitionBook, quotas_of
+from ..protocol import RoundId
+from ..runtime import PartialResult
+from .helpers import Helped, HelperPhase
+from .link import ScanTask
+from .membership import Membership, balance
+from .observe import RoundRecord
+from .plan import Outcome, RoundPlan, plan_round, settle
+
+if TYPE_CHECKING:
+    from .placement import Placement
+    from .run import FitRun
+
+logger = logging.getLogger(__name__)
+
+#: Attempts at a round whose tasks lost their data with a worker.
+ROUND_ATTEMPTS = 3
+
+
+@dataclass
+class RoundRun:
+    """What one round's tasks came back with.
+
+    Attributes
+    ----------
+    rid : RoundId
+        The round (its last attempt).
+    owned : list of PartialResult
+        Each partition's own task's result.
+    helped : Helped
+        The outcomes, merged with the helpers' pieces.
+    late : dict
+        ``{partition: worker}`` of the own tasks given up on (their worker went silent).
+    """
+
+    rid: RoundId
+    owned: list[PartialResult]
+    helped: Helped
+    late: dict[int, str]
+
+    def ran_on(self, owner: list[str]) -> list[str]:
+        """Where each partition's own task ran (its owner if it ran nowhere)."""
+        return [res.worker or w for res, w in zip(self.owned, owner, strict=True)]
+
+
+class RoundLoop:
+    """The rounds of one fit under a policy with global rounds.
+
+    Parameters
+    ----------
+    fit : FitRun
+        The fit (its program, policy, options, link and watchers).
+    placement : Placement
+        Where its rows are.
+    """
+
+    def __init__(self, fit: FitRun, placement: Placement) -> None:
+        self.fit = fit
+        self.placement = placement
+        sizes = placement.sizes
+        self.book = PartitionBook(sizes, quotas_of(fit.options.quota, sizes))
+        self.membership: Membership | None = None
+        self.helpers: HelperPhase | None = None
+        self.rids: list[RoundId] = []
+
+    async def start(self) -> None:
+        """Who the workers are, where each partition runs, and the helpers' prices."""
+        fit, placement = self.fit, self.placement
+        self.membership = await Membership.start(fit.link)
+        placement.owner = balance(await placement.locations(), self.membership.threads)
+        if fit.policy.helped and int(config.get("replicas")) > 0:
+            self.helpers = HelperPhase(len(placement), await placement.copy_seconds(),
+                                       fit.options.chunk_target, fit.program.combine)
+
+    async def run(self, state) -> tuple[Any, bool]:
+        """Run rounds from ``state`` until the program converges, a callback stops the fit
+        or ``max_iter`` rounds have run; returns the last state and whether it converged."""
+        fit, book, obs = self.fit, self.book, self.fit.observers
+        program, policy = fit.program, fit.policy
+        prev = None
+        for r in range(fit.options.max_iter):
+            await obs.round_begin(r, program.coefficients(state))
+            params = program.params(state)
+            plan = plan_round(policy, book.quotas, book.sizes, helpers=self.helpers is not None,
+                              full=program.full_round(state))
+            ran = await self.run_round(r, plan, params)
+            outcomes = ran.helped.outcomes
+            settled = settle(policy, book.cursor, book.sizes, outcomes, ran.helped.helper_rows,
+                             [*self.membership.threads, *sorted(self.membership.silent)])
+            stats = program.combine_round(settled.pieces, params)
+            obj = program.objective(state, stats, settled.rows)
+            state = program.update(state, stats, settled.rows)
+            cursors = tuple(book.cursor)
+            book.record(settled.cursors, settled.counted, ran.owned,
+                        probe_rows=int(config.get("probe-rows")),
+                        chunk_target=fit.options.chunk_target)
+            await self.membership.after_round(fit.link, self.placement,
+                                              ran.ran_on(self.placement.owner), ran.late, r)
+            if await obs.round_end(RoundRecord(
+                    r, obj, params if fit.options.record_params else None, plan.quotas,
+                    cursors, ran.owned, outcomes, settled, program.coefficients(state))):
+                return state, False
+            if fit.converged(state, obj, prev):
+                obs.converged(r + 1)
+                return state, True
+            prev = obj
+        return state, False
+
+    async def run_round(self, r: int, plan: RoundPlan, params) -> RoundRun:
+        """Round ``r``: its tasks run, stopped and collected, then its helpers; a round whose
+        tasks lost their data with a worker is placed again and run again."""
+        link = self.fit.link
+        for attempt in range(ROUND_ATTEMPTS):
+            rid = RoundId(self.fit.fit_id, r).retry(attempt)
+            futs: list = []
+            link.in_flight = [rid]
+            self.membership.poll(link)
+            try:
+                async with link.round_params(params, rid) as arg:
+                    futs = link.submit_round(rid, plan.quorum, arg, self._tasks(plan),
+                                             self.fit.options.chunk_target)
+                    got = await link.collect(futs, rid, self.book.cursor, quorum=plan.quorum,
+                                             settle=self.fit.policy.stops)
+                    helped = await self._help(rid, plan, arg, got.results,
+                                              self.membership.blocked(got.late.values(),
+                                                                      got.occupied))
+                self.rids.append(rid)
+                return RoundRun(rid, got.results, helped, got.late)
+            except (KilledWorker, FutureCancelledError) as e:
+                logger.warning("daskabsp: round %d failed (%r); retrying", r, e)
+                await link.cancel(futs)
+                await self.placement.recover()
+                if attempt == ROUND_ATTEMPTS - 1:
+                    raise
+            except asyncio.CancelledError:  # Ctrl-C, or the caller cancelled the fit
+                await link.halt()
+                raise
+            finally:
+                link.in_flight = []
+        raise AssertionError("unreachable")
+
+    def _tasks(self, plan: RoundPlan) -> list[ScanTask]:
+        """The round's own tasks, most stale partition first."""
+        book, placement = self.book, self.placement
+        return [ScanTask(p, placement.data(p), placement.owner[p], book.staleness[p],
+                         book.cursor[p], plan.quotas[p], book.chunk_rows[p])
+                for p in book.order()]
+
+    async def _help(self, rid: RoundId, plan: RoundPlan, params,
+                    owned: list[PartialResult], blocked: set[str]) -> Helped:
+        """The round's helper phase, if the plan has one (copies of stragglers' partitions
+        started first, for later rounds)."""
+        helpers = self.helpers
+        if helpers is None or not plan.helped:
+            return Helped([Outcome.own(res) for res in owned])
+        helpers.observe(owned)
+        # Other work holds the blocked workers for now: no piece can run there, and their
+        # partitions' rows can only move on through copies.
+        helpers.copy_stragglers(self.placement, owned, plan.quotas, self.membership.threads,
+                                blocked)
+        self.fit.link.in_flight.append(rid.helpers())
+        helped = await helpers.run(self.fit.link, self.placement, self.book, params,
+                                   rid.helpers(), owned, plan.quotas, self.membership.threads,
+                                   blocked, needed=plan.full)
+        self.membership.lost_helpers |= helped.silent
+        return helped

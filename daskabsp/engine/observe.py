@@ -1,0 +1,169 @@
+"""Watching a fit: one record per round, built once, fanned out to whoever watches.
+
+Three watchers see each round: the fit history (:class:`daskabsp.history.HistoryRecorder`),
+the dashboard page (:class:`daskabsp.reporting.FitReporter`) and the callbacks
+(:class:`daskabsp.RoundCallback`, called where the caller of the fit can see them, see
+:mod:`daskabsp.caller`). :class:`Observers` also keeps the fit's clock, from which the time
+spent in callbacks is left out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..callbacks import CallbackList, FitInfo, RoundInfo
+from ..caller import Call
+from ..history import HistoryRecorder
+from ..reporting import FitReporter
+from ..runtime import PartialResult
+from .plan import Outcome, Settlement
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One round of a fit, as its watchers see it.
+
+    Attributes
+    ----------
+    round : int
+        The round's number.
+    objective : float
+        The objective estimated from the round's counted statistics.
+    params : object or None
+        The parameters the round's statistics were taken at (None: not recorded).
+    quotas : tuple of int
+        Rows each partition was asked for.
+    cursors : tuple of int
+        Row each partition started at.
+    owned : list of PartialResult
+        Each partition's own task's result.
+    outcomes : list of Outcome
+        Each partition's round, its helpers' pieces included.
+    settlement : Settlement
+        What counted.
+    coef : ndarray
+        The parameters after the round's update.
+    """
+
+    round: int
+    objective: float
+    params: Any
+    quotas: tuple[int, ...]
+    cursors: tuple[int, ...]
+    owned: Sequence[PartialResult]
+    outcomes: Sequence[Outcome]
+    settlement: Settlement
+    coef: np.ndarray
+
+
+class Observers:
+    """The watchers of one fit, and its clock.
+
+    Parameters
+    ----------
+    callbacks : CallbackList
+        The fit's callbacks.
+    """
+
+    def __init__(self, callbacks: CallbackList) -> None:
+        self.callbacks = callbacks
+        self.recorder = HistoryRecorder(0)
+        self.reporter: FitReporter | None = None
+        # Where callbacks run: None calls them on the event loop (an asynchronous client's
+        # caller is there); a queue hands them to the thread that called fit (caller.run_sync).
+        self.caller: queue.SimpleQueue | None = None
+        self.info: FitInfo | None = None
+        self.ran = (0, False)  # (rounds run, converged), for the callbacks' on_fit_end
+        self.epoch0 = time.time()
+        self._t0 = time.perf_counter()
+        self._callback_seconds = 0.0
+
+    async def _call(self, func, *args):
+        """``func(*args)`` where callbacks run, its time excluded from the fit's clock."""
+        c0 = time.perf_counter()
+        try:
+            if self.caller is None:
+                return func(*args)
+            loop = asyncio.get_running_loop()
+            future = loop.create_future()
+            self.caller.put(Call(func, args, future, loop))
+            return await future
+        finally:
+            self._callback_seconds += time.perf_counter() - c0
+
+    def wall(self) -> float:
+        """Seconds since the first round started, callback time excluded."""
+        return time.perf_counter() - self._t0 - self._callback_seconds
+
+    async def begin(self, info: FitInfo) -> None:
+        """The rounds are about to start: tell the watchers, and start the clock."""
+        self.info = info
+        self.recorder = HistoryRecorder(info.n_partitions)
+        if self.reporter is not None:
+            self.reporter.start(program=info.program, sync=info.sync,
+                                n_partitions=info.n_partitions)
+        if self.callbacks:
+            await self._call(self.callbacks.begin, info)
+        self._callback_seconds = 0.0
+        self._t0 = time.perf_counter()
+        self.epoch0 = time.time()
+
+    async def round_begin(self, r: int, coef) -> None:
+        """Round ``r`` is about to be submitted at parameters ``coef``."""
+        if self.callbacks:
+            await self._call(self.callbacks.round_begin, r, np.asarray(coef))
+
+    async def round_end(self, rec: RoundRecord) -> bool:
+        """Round ``rec.round`` is over: record it everywhere; True if a callback asks to
+        stop the fit."""
+        wall = self.wall()
+        owned, outcomes, settled = rec.owned, rec.outcomes, rec.settlement
+        rows = [o.rows for o in outcomes]
+        self.recorder.add(
+            wall=wall, objective=rec.objective, params=rec.params, rows=rows,
+            quota=list(rec.quotas), cursor=list(rec.cursors),
+            compute_seconds=[res.compute_seconds for res in owned],
+            task_start=[res.start - self.epoch0 for res in owned],
+            task_stop=[res.stop - self.epoch0 for res in owned],
+            harvested=[res.stopped for res in owned], counted=list(settled.counted),
+            worker=[res.worker for res in owned], helped_rows=[o.helped for o in outcomes],
+            worker_rows=settled.worker_rows)
+        if self.reporter is not None:
+            self.reporter.round(
+                round=rec.round, wall=wall, objective=float(rec.objective),
+                rows=[int(n) for n in rows], quota=[int(q) for q in rec.quotas],
+                compute=[float(res.compute_seconds) for res in owned],
+                harvested=[bool(res.stopped) for res in owned],
+                worker=[res.worker for res in owned], scanned=[int(res.rows) for res in owned])
+        self.ran = (rec.round + 1, False)
+        if not self.callbacks:
+            return False
+        info = self.info
+        return await self._call(self.callbacks.round_end, RoundInfo(
+            round=rec.round, max_iter=info.max_iter, objective=float(rec.objective),
+            coef=np.asarray(rec.coef), rows=int(settled.rows),
+            rows_asked=int(sum(rec.quotas)), n_samples=info.n_samples,
+            harvested=sum(bool(res.stopped) for res in owned),
+            n_partitions=info.n_partitions, elapsed=wall))
+
+    def converged(self, n_iter: int) -> None:
+        """The fit converged after ``n_iter`` rounds (for the callbacks' ``on_fit_end``)."""
+        self.ran = (n_iter, True)
+
+    def end_callbacks(self, *, error: BaseException | None) -> None:
+        """The callbacks' ``on_fit_end`` (once; nothing if the rounds never started)."""
+        self.callbacks.end(*self.ran, error)
+
+    async def end(self, status: str) -> None:
+        """The fit ended (``status``: converged, finished, failed, interrupted)."""
+        if self.reporter is not None:
+            self.reporter.end(status)
+            if status != "interrupted":
+                await self.reporter.flush()

@@ -1,0 +1,209 @@
+"""Where a fit's rows live: its partitions, their owners, the copies helpers read.
+
+:class:`Placement` is the one writer of these: the partitions placed at the start (or taken
+from :func:`daskabsp.place`), the worker each partition's task is asked to run on (its
+*owner*), the copies made for helpers, and the partitions scattered again, from the rows the
+fitting process holds, when their only worker stops answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+
+from dask.sizeof import sizeof
+from distributed import Future
+
+from .. import config
+from ..partitions import (
+    Partitions,
+    check_finite_block,
+    copy_partition,
+    is_dask,
+    move,
+    nbytes_by_worker,
+    place,
+)
+from .link import Link
+
+logger = logging.getLogger(__name__)
+
+
+class Placement:
+    """The rows of one fit on the cluster.
+
+    Parameters
+    ----------
+    link : Link
+        The fit's link to the cluster.
+    parts : Partitions
+        The placed partitions (this fit's own lists: copies and re-placements stay here).
+    data : tuple of (X, y, sample_weight)
+        The rows as given: a round that loses partitions places them again from these.
+    source : tuple of (X, y, sample_weight) or None
+        In-memory rows the partitions were made from, in order (None: dask input with its
+        lineage); a partition lost with a silent worker is scattered again from them.
+    scatter_rate : float or None
+        Bytes per second at which this process scattered the in-memory rows (the rate
+        copies of them are expected at; None: dask input, copied worker to worker).
+    """
+
+    def __init__(self, link: Link, parts: Partitions, data: tuple, source: tuple | None, *,
+                 scatter_rate: float | None = None) -> None:
+        self.link = link
+        self.parts = parts
+        self.data_ = data
+        self.source = source
+        self.scatter_rate = scatter_rate
+        self.owner: list[str] = []
+        self._copying: dict[int, asyncio.Future] = {}
+
+    @classmethod
+    async def place(cls, link: Link, X, y, sample_weight, chunks: tuple[int, ...],
+                    source: tuple | None) -> Placement:
+        """Place the rows as ``chunks`` row partitions (see :func:`daskabsp.partitions.place`:
+        dask input persisted with its lineage, in-memory rows scattered straight to the
+        workers, around workers that stop answering)."""
+        t0 = time.perf_counter()
+        parts = await place(link.client, X, y, sample_weight, chunks, silent=link.silent,
+                            stuck=link.stuck, source=source if is_dask(X) else None)
+        seconds = time.perf_counter() - t0
+        data = (X, y, sample_weight)
+        if is_dask(X):
+            return cls(link, parts, data, source)
+        rate = sum(a.nbytes if hasattr(a, "nbytes") else sizeof(a) for a in data
+                   if a is not None) / max(seconds, 1e-9)
+        return cls(link, parts, data, data, scatter_rate=rate)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return self.parts.sizes
+
+    def data(self, p: int) -> tuple:
+        """Partition ``p``'s ``(X, y, sample_weight)`` futures at its owner."""
+        return self.parts.X[p], self.parts.y[p], self.parts.sample_weight[p]
+
+    def holders(self, p: int) -> dict[str, tuple]:
+        """Where partition ``p`` can be read: its owner and the workers with a copy."""
+        return self.parts.holders(p, self.owner[p])
+
+    def copy_holders(self, p: int) -> list[str]:
+        """The workers with a copy of partition ``p``, oldest copy first."""
+        return list(self.parts.copies[p]) if self.parts.copies else []
+
+    async def locations(self) -> list[str | None]:
+        """A worker holding each partition's rows now (None: nowhere yet)."""
+        who = await self.link.who_has(self.parts.X)
+        return [(who.get(f.key) or [None])[0] for f in self.parts.X]
+
+    async def held_only_by(self, silent: set[str]) -> set[int]:
+        """The partitions whose rows only ``silent`` workers hold (a task reading them
+        elsewhere would wait to fetch them)."""
+        who = await self.link.who_has(self.parts.X)
+        return {p for p, f in enumerate(self.parts.X) if not set(who.get(f.key) or ()) - silent}
+
+    async def check_finite(self) -> None:
+        """Raise ``ValueError`` if the rows hold NaN or infinity (for dask input, whose rows
+        were not checked when the fit was called)."""
+        if self.source is not None:
+            # The in-memory rows the dask input was made from: checked here, not by tasks
+            # that a worker frozen already would hold up.
+            ok = [await asyncio.to_thread(check_finite_block, self.source[0])]
+        else:
+            ok = await self.link.gather([self.link.submit_check(x) for x in self.parts.X])
+        if not all(bool(o[0]) for o in ok):
+            raise ValueError("Input X contains NaN or infinity.")
+
+    async def nbytes_by_worker(self) -> dict[str, int]:
+        """Bytes of training data each worker holds for the fit (partitions and copies)."""
+        return await nbytes_by_worker(self.link.client, self.parts, self.owner)
+
+    # -- moving --------------------------------------------------------------------------------
+
+    async def reassign(self, owner: list[str], promoted: Mapping[int, str],
+                       stranded: set[int], silent: set[str]) -> None:
+        """Take ``owner`` as the partitions' owners; each partition in ``promoted`` reads
+        its copy on that worker from now on; the ``stranded`` partitions not promoted
+        (their rows only on silent workers) are scattered again from the fitting process's
+        rows, if it holds them."""
+        if owner != self.owner:
+            logger.info("daskabsp: workers changed; partitions re-balanced: %s", owner)
+        self.owner = list(owner)
+        for p, w in promoted.items():
+            self.parts.X[p], self.parts.y[p], self.parts.sample_weight[p] = (
+                self.parts.copies[p].pop(w))
+        lost = stranded - set(promoted)
+        if lost and self.source is not None:
+            await asyncio.gather(*(self._place_again(p, silent) for p in sorted(lost)))
+
+    async def _place_again(self, p: int, silent: set[str]) -> None:
+        """Scatter partition ``p``'s rows again to its owner; if that worker is gone by now
+        (a killed worker may still have been listed), to another one that answers."""
+        try:
+            await move(self.link.client, self.parts, p, *self.source, self.owner[p])
+            return
+        except (OSError, KeyError) as e:  # KeyError: the scheduler no longer knows it
+            logger.info("daskabsp: placing partition %d on %s failed (%r); trying another "
+                        "worker", p, self.owner[p], e)
+        workers = [w for w in sorted(await self.link.threads())
+                   if w != self.owner[p] and w not in silent]
+        if not workers:
+            raise OSError(f"no worker left to place partition {p} on")
+        self.owner[p] = workers[p % len(workers)]
+        await move(self.link.client, self.parts, p, *self.source, self.owner[p])
+
+    async def recover(self) -> None:
+        """After a round lost partitions with a worker: place them all again (in-memory
+        rows scattered again; dask input recomputed from its lineage)."""
+        if any(f.status != "finished" for f in self.parts.futures):
+            self.parts = await place(self.link.client, *self.data_, self.sizes,
+                                     silent=self.link.silent)
+
+    # -- copies --------------------------------------------------------------------------------
+
+    def copying(self, p: int) -> bool:
+        """Whether a copy of partition ``p`` is being made."""
+        return p in self._copying
+
+    def copy(self, p: int, worker: str) -> None:
+        """Start copying partition ``p`` to ``worker`` in the background; helpers read it
+        there once it is made."""
+        data = self.source or self.data_
+        task = asyncio.ensure_future(copy_partition(self.link.client, self.parts, p, data,
+                                                    worker))
+        self._copying[p] = task
+        task.add_done_callback(lambda t, p=p: self._copied(p, t))
+
+    def _copied(self, p: int, task: asyncio.Future) -> None:
+        self._copying.pop(p, None)
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("daskabsp: copying partition %d for helpers failed: %r", p,
+                           task.exception())
+
+    def cancel_copies(self) -> None:
+        """Stop making copies (the fit has ended)."""
+        for task in list(self._copying.values()):
+            task.cancel()
+
+    async def copy_seconds(self) -> list[float]:
+        """Per partition, the time a copy of it is expected to take: its bytes (as the
+        scheduler measured them) at the rate in-memory input was scattered, or at
+        ``daskabsp.copy-rate`` for dask arrays (copied worker to worker)."""
+        keys = [[f.key for f in fs if f is not None] for fs in zip(
+            self.parts.X, self.parts.y, self.parts.sample_weight, strict=True)]
+        size = await self.link.client.scheduler.nbytes(
+            keys=[k for ks in keys for k in ks], summary=False)
+        nbytes = [sum(int(size.get(k, 0)) for k in ks) for ks in keys]
+        rate = self.scatter_rate or float(config.nbytes("copy-rate"))
+        return [b / max(rate, 1.0) for b in nbytes]
+
+    @property
+    def futures(self) -> list[Future]:
+        return self.parts.futures

@@ -1,0 +1,152 @@
+"""The round plan and its settlement: what a round asks, and what its results count for.
+
+This is where the sync model decides (pure, no Dask): :func:`plan_round` turns the policy,
+the book's quotas and the program's wish for a full round into a :class:`RoundPlan` (the
+quorum that ends the round, each partition's quota, whether helpers cover the leftovers);
+:func:`settle` turns a round's merged outcomes into a :class:`Settlement` (which statistics
+count, where each partition resumes, the counted rows per worker).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..policies import Policy
+from ..programs.base import PartitionStats
+
+
+@dataclass(frozen=True, slots=True)
+class RoundPlan:
+    """What one round asks of the partitions.
+
+    Attributes
+    ----------
+    quorum : int
+        Partitions that must finish their quota to stop the others (0: nobody is stopped).
+    quotas : tuple of int
+        Rows each partition's own task is asked to scan.
+    full : bool
+        The program asked for every row at these parameters.
+    helped : bool
+        What stopped partitions leave of their quotas is scanned by helpers in this round.
+    """
+
+    quorum: int
+    quotas: tuple[int, ...]
+    full: bool
+    helped: bool
+
+
+def plan_round(policy: Policy, quotas: Sequence[int], sizes: Sequence[int], *, full: bool,
+               helpers: bool) -> RoundPlan:
+    """The plan of a round under ``policy``.
+
+    ``quotas`` are the fit's per-partition quotas, ``sizes`` the partitions' rows; ``full``
+    whether the program asks for every row this round; ``helpers`` whether copies for
+    helpers may be made at all (``daskabsp.replicas`` > 0). A full round is helped when the
+    policy is (stopped at the quorum, the helpers covering the rest), and run as BSP
+    otherwise: every partition scans all its rows, nobody stopped.
+    """
+    quorum = policy.round_quorum(len(sizes)) if policy.stops else 0
+    full = full and quorum > 0  # with quorum 0 every round covers every quota anyway
+    if helpers and policy.helped:
+        return RoundPlan(quorum, tuple(quotas), full, True)
+    if full:
+        return RoundPlan(0, tuple(sizes), True, False)
+    return RoundPlan(quorum, tuple(quotas), False, False)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one partition's round came to: its own scan merged with its helpers' pieces.
+
+    Attributes
+    ----------
+    rows : int
+        Rows covered from the partition's cursor, without a gap.
+    stats : object
+        Their statistics (None when ``rows`` is 0).
+    stats_before_wrap : object
+        For programs with ``split_at_wrap``: the statistics up to the partition's last row
+        when the rows wrapped; None otherwise.
+    stopped : bool
+        The round's stop ended the partition's scan before its quota was covered.
+    scanned : int
+        Of ``rows``, those the partition's own task scanned (the rest: ``rows - scanned``,
+        helpers).
+    worker : str
+        The worker that ran the partition's own task ("" if it ran nowhere).
+    """
+
+    rows: int
+    stats: Any
+    stats_before_wrap: Any
+    stopped: bool
+    scanned: int
+    worker: str
+
+    @classmethod
+    def own(cls, result: Any) -> Outcome:
+        """The outcome of a partition scanned by its own task alone (a
+        :class:`~daskabsp.runtime.PartialResult`)."""
+        return cls(result.rows, result.stats, result.stats_before_wrap, result.stopped,
+                   result.rows, result.worker)
+
+    @property
+    def helped(self) -> int:
+        """Rows of the partition that helpers scanned and that count."""
+        return self.rows - self.scanned
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """What a round's outcomes count for.
+
+    Attributes
+    ----------
+    counted : tuple of bool
+        Per partition, whether its statistics are used in the update.
+    pieces : list of PartitionStats
+        The counted statistics, in partition order, with the rows they cover.
+    rows : int
+        Rows counted in all (the update's ``n_rows``).
+    cursors : tuple of int
+        Per partition, where its next round starts.
+    worker_rows : dict
+        Counted rows per worker: each partition's own scan on its worker, and the helpers'
+        pieces on theirs; adds up to ``rows``. Every worker in ``workers`` is listed, with 0
+        if it scanned nothing that counts.
+    """
+
+    counted: tuple[bool, ...]
+    pieces: list[PartitionStats]
+    rows: int
+    cursors: tuple[int, ...]
+    worker_rows: dict[str, int]
+
+
+def settle(policy: Policy, cursors: Sequence[int], sizes: Sequence[int],
+           outcomes: Sequence[Outcome], helper_rows: Mapping[str, int],
+           workers: Iterable[str] = ()) -> Settlement:
+    """Settle a round: ``outcomes[p]`` of partition ``p`` (which started at ``cursors[p]``),
+    ``helper_rows`` the counted rows each helper scanned (of the partitions that count).
+
+    A partition counts when it covered rows and the policy keeps partial statistics or the
+    partition was not stopped (``ABSP(on_quorum="drop")`` discards a stopped partition's
+    rows, and its cursor stays).
+    """
+    counted = tuple(o.rows > 0 and (policy.keep_partial or not o.stopped) for o in outcomes)
+    pieces = [PartitionStats(p, cursors[p], o.rows, sizes[p], o.stats, o.stats_before_wrap)
+              for p, (o, c) in enumerate(zip(outcomes, counted, strict=True)) if c]
+    worker_rows: Counter[str] = Counter(dict.fromkeys(workers, 0))
+    worker_rows.update(helper_rows)
+    for o, c in zip(outcomes, counted, strict=True):
+        if c and o.scanned:
+            worker_rows[o.worker] += o.scanned
+    nxt = tuple(policy.next_cursor(cursors[p], o.rows if c else 0, sizes[p],
+                                   finished=not o.stopped)
+                for p, (o, c) in enumerate(zip(outcomes, counted, strict=True)))
+    return Settlement(counted, pieces, sum(ps.rows for ps in pieces), nxt, dict(worker_rows))

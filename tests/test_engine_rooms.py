@@ -1,0 +1,199 @@
+"""The engine's pure rooms, property-tested without a cluster: the round plan and its
+settlement, the book under resume, balancing and membership, round ids."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from daskabsp import ABSP, BSP
+from daskabsp.book import PartitionBook, quotas_of
+from daskabsp.engine.membership import balance, reassign
+from daskabsp.engine.plan import Outcome, plan_round, settle
+from daskabsp.protocol import RoundId
+from daskabsp.runtime import PartialResult
+
+POLICIES = [BSP(), ABSP(), ABSP(helpers=False), ABSP(on_quorum="drop"), ABSP(quorum=2),
+            ABSP(cursor="restart", helpers=False)]
+WORKERS = ["tcp://a", "tcp://b", "tcp://c", "tcp://d"]
+
+
+@st.composite
+def rounds_of(draw):
+    """Partition sizes, cursors, quotas, and one round's outcomes (rows within the quota,
+    some covered by helpers on other workers)."""
+    P = draw(st.integers(1, 6))
+    sizes = draw(st.lists(st.integers(1, 50), min_size=P, max_size=P))
+    quota = draw(st.one_of(st.none(), st.integers(1, 60), st.floats(0.05, 1.0)))
+    quotas = quotas_of(quota, sizes)
+    cursors = [draw(st.integers(0, n - 1)) for n in sizes]
+    outcomes, helper_rows = [], Counter()
+    for p in range(P):
+        rows = draw(st.integers(0, quotas[p]))
+        scanned = draw(st.integers(0, rows))
+        worker = draw(st.sampled_from(WORKERS))
+        outcomes.append(Outcome(rows, np.full(1, float(rows)), None, rows < quotas[p], scanned,
+                                worker))
+        if rows > scanned:
+            helper_rows[draw(st.sampled_from(WORKERS))] += rows - scanned
+    return sizes, quotas, cursors, outcomes, helper_rows
+
+
+def own(rows: int, worker: str = "tcp://a", chunk_rows: int = 0) -> PartialResult:
+    return PartialResult(stats=None, rows=rows, cursor=0, stopped=False, compute_seconds=0.1,
+                         start=0.0, stop=0.1, worker=worker, chunk_rows=chunk_rows)
+
+
+# -- the plan ----------------------------------------------------------------------------------
+
+
+@given(st.sampled_from(POLICIES), st.lists(st.integers(1, 100), min_size=1, max_size=8),
+       st.booleans(), st.booleans())
+def test_plan_follows_the_policy(policy, sizes, full, helpers):
+    quotas = [max(1, n // 2) for n in sizes]
+    try:
+        policy.check(len(sizes))
+    except ValueError:
+        assume(False)
+    plan = plan_round(policy, quotas, sizes, full=full, helpers=helpers)
+    if isinstance(policy, BSP):  # never stopped, every quota asked, never helped
+        assert plan.quorum == 0 and plan.quotas == tuple(quotas) and not plan.helped
+        assert not plan.full
+        return
+    helped = helpers and policy.helped
+    assert plan.helped == helped
+    if helped:  # the helpers cover the quotas: the round stops at the quorum, full or not
+        assert plan.quorum == policy.round_quorum(len(sizes))
+        assert plan.quotas == tuple(quotas) and plan.full == full
+    elif full:  # a full round without helpers runs as BSP: every row, nobody stopped
+        assert plan.quorum == 0 and plan.quotas == tuple(sizes)
+    else:
+        assert plan.quorum == policy.round_quorum(len(sizes)) and plan.quotas == tuple(quotas)
+
+
+# -- the settlement ----------------------------------------------------------------------------
+
+
+@settings(max_examples=300)
+@given(st.sampled_from(POLICIES), rounds_of())
+def test_settlement_counts_within_quota_and_rows_per_worker_add_up(policy, case):
+    sizes, quotas, cursors, outcomes, helper_rows = case
+    s = settle(policy, cursors, sizes, outcomes, helper_rows, WORKERS)
+    assert set(WORKERS) <= set(s.worker_rows)
+    for p, o in enumerate(outcomes):
+        kept = o.rows > 0 and (policy.keep_partial or not o.stopped)
+        assert s.counted[p] == kept
+    assert [ps.partition for ps in s.pieces] == [p for p, c in enumerate(s.counted) if c]
+    for ps in s.pieces:
+        assert ps.rows <= quotas[ps.partition] and ps.start == cursors[ps.partition]
+    assert s.rows == sum(ps.rows for ps in s.pieces)
+    # each worker's counted rows: its own scans and its pieces, nothing that does not count
+    if policy.keep_partial:
+        assert sum(s.worker_rows.values()) == s.rows
+    else:  # drop: a stopped partition's scans count for nobody (no helpers under drop)
+        own_counted = sum(o.scanned for o, c in zip(outcomes, s.counted, strict=True) if c)
+        assert sum(s.worker_rows.values()) == own_counted + sum(helper_rows.values())
+
+
+@settings(max_examples=300)
+@given(st.sampled_from([p for p in POLICIES if p.cursor == "resume"]), rounds_of(),
+       st.lists(st.integers(0, 5), min_size=6, max_size=6))
+def test_book_resumes_after_the_counted_rows(policy, case, stale):
+    """Cursor = counted rows mod size; staleness resets exactly when a partition counted."""
+    sizes, quotas, cursors, outcomes, helper_rows = case
+    P = len(sizes)
+    book = PartitionBook(tuple(sizes), quotas, cursor=list(cursors), staleness=stale[:P])
+    s = settle(policy, book.cursor, sizes, outcomes, helper_rows)
+    book.record(s.cursors, s.counted, [own(o.scanned) for o in outcomes], probe_rows=256,
+                chunk_target=0.002)
+    for p in range(P):
+        counted_rows = outcomes[p].rows if s.counted[p] else 0
+        assert book.cursor[p] == (cursors[p] + counted_rows) % sizes[p]
+        assert book.staleness[p] == (0 if s.counted[p] else stale[p] + 1)
+
+
+def test_restart_puts_every_cursor_back_to_row_zero():
+    policy = ABSP(cursor="restart", helpers=False)
+    s = settle(policy, [3, 0], [10, 10], [Outcome(4, 1.0, None, True, 4, "a"),
+                                          Outcome(10, 1.0, None, False, 10, "b")], {})
+    assert s.cursors == (0, 0)
+
+
+def test_drop_keeps_the_cursor_of_a_stopped_partition_and_counts_none_of_its_rows():
+    s = settle(ABSP(on_quorum="drop"), [5, 5], [10, 10],
+               [Outcome(3, 1.0, None, True, 3, "a"), Outcome(10, 1.0, None, False, 10, "b")],
+               {}, ["a", "b"])
+    assert s.counted == (False, True) and s.cursors == (5, 5) and s.rows == 10
+    assert s.worker_rows == {"a": 0, "b": 10}
+
+
+# -- balancing and membership ------------------------------------------------------------------
+
+
+@st.composite
+def assignments(draw):
+    threads = {w: draw(st.integers(1, 3)) for w in draw(
+        st.lists(st.sampled_from(WORKERS), min_size=1, max_size=4, unique=True))}
+    n = draw(st.integers(1, 16))
+    where = draw(st.lists(st.one_of(st.none(), st.sampled_from(WORKERS)), min_size=n,
+                          max_size=n))
+    return where, threads
+
+
+@settings(max_examples=300)
+@given(assignments())
+def test_balance_places_every_partition_on_a_live_worker_within_its_share(case):
+    where, threads = case
+    out = balance(where, threads)
+    total, n = sum(threads.values()), len(where)
+    load = Counter(out)
+    assert set(out) <= set(threads)
+    for w, t in threads.items():
+        assert load[w] <= math.ceil(n * t / total)
+        # nobody left short of its fair share by more than one while another is over it
+        assert load[w] >= math.floor(n * t / total) - 1 or (load[w] == 0 and n < len(threads))
+    assert balance(out, threads) == out  # idempotent
+    before = Counter(w for w in where if w in threads)
+    for p, w in enumerate(where):
+        if w in threads and before[w] <= math.ceil(n * threads[w] / total):
+            assert out[p] == w  # nothing moves off a live worker within its share
+
+
+@settings(max_examples=300)
+@given(assignments(), st.data())
+def test_reassign_moves_stranded_partitions_to_a_live_copy(case, data):
+    where, threads = case
+    n = len(where)
+    ran_on = [w or WORKERS[0] for w in where]
+    stranded = set(data.draw(st.lists(st.integers(0, n - 1), max_size=n)))
+    copies = [data.draw(st.lists(st.sampled_from(WORKERS), max_size=3, unique=True))
+              for _ in range(n)]
+    owner, promoted = reassign(ran_on, threads, stranded, copies)
+    assert set(owner) <= set(threads)  # no partition on a worker that is not live
+    for p in stranded:
+        live_copies = [w for w in copies[p] if w in threads]
+        if live_copies:
+            assert promoted[p] == owner[p] == live_copies[0]
+        else:
+            assert p not in promoted
+    assert set(promoted) <= stranded
+
+
+# -- round ids ---------------------------------------------------------------------------------
+
+
+@given(st.text(alphabet="0123456789abcdef", min_size=8, max_size=8), st.integers(0, 10**5),
+       st.integers(0, 3), st.integers(0, 1), st.integers(0, 8))
+def test_round_id_round_trips_through_its_annotation(fit, r, attempt, phase, quorum):
+    rid = RoundId(fit, r, attempt, phase)
+    a = rid.annotation(quorum)
+    assert RoundId.from_annotation(a) == rid and a["quorum"] == quorum
+    assert rid.retry(attempt) == rid and rid.helpers().phase == 1
+    others = {RoundId(fit, r, attempt + 1, phase), RoundId(fit, r + 1, attempt, phase),
+              RoundId(fit, r, attempt, 1 - phase)}
+    assert str(rid) not in {str(o) for o in others}
+    assert rid.key_prefix("logreg").startswith(f"daskabsp-logreg-{fit}-")
