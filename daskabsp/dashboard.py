@@ -49,6 +49,101 @@ def _short(worker: str) -> str:
     return worker.split("://", 1)[-1]
 
 
+#: Columns of the page's data sources.
+_COLUMNS = {
+    "fits": ("fit", "program", "sync", "status", "rounds", "objective", "partitions",
+             "started"),
+    "heatmap": ("round", "partition", "share", "rows", "quota", "worker", "harvested"),
+    "harvested": ("round", "partition"),
+    "speed": ("worker", "speed"),
+    "durations": ("round", "duration", "bsp_wait"),
+    "objective": ("round", "wall", "objective"),
+    "latency": ("round", "latency_ms"),
+}
+_TOOLS = "pan,wheel_zoom,box_zoom,reset"
+
+
+def _heatmap_figure(src):
+    from bokeh.models import BasicTicker, ColorBar, HoverTool
+    from bokeh.palettes import Viridis256
+    from bokeh.plotting import figure
+    from bokeh.transform import linear_cmap
+
+    heat = figure(title="Share of its quota each partition processed (x: harvested)",
+                  height=300, sizing_mode="stretch_width", tools=_TOOLS,
+                  x_axis_label="round", y_axis_label="partition")
+    cmap = linear_cmap("share", Viridis256, low=0.0, high=1.0)
+    cells = heat.rect(x="round", y="partition", width=1, height=1, source=src["heatmap"],
+                      fill_color=cmap, line_color=None)
+    heat.scatter(x="round", y="partition", source=src["harvested"], marker="x", size=7,
+                 line_color="#ff3b30", line_width=1.5)
+    heat.add_layout(ColorBar(color_mapper=cmap["transform"], width=10, title="share"),
+                    "right")
+    heat.add_tools(HoverTool(renderers=[cells], tooltips=[
+        ("round", "@round"), ("partition", "@partition"), ("rows", "@rows of @quota"),
+        ("share", "@share{0.00}"), ("worker", "@worker"), ("harvested", "@harvested")]))
+    heat.grid.visible = False
+    heat.xaxis.ticker = BasicTicker(min_interval=1)
+    heat.yaxis.ticker = BasicTicker(min_interval=1)
+    return heat
+
+
+def _speed_figure(src):
+    from bokeh.models import FactorRange, HoverTool, NumeralTickFormatter
+    from bokeh.plotting import figure
+
+    factors = FactorRange(factors=[])
+    speed = figure(title="Worker speed (rows per compute second, smoothed)", height=260,
+                   sizing_mode="stretch_width", y_range=factors, tools="",
+                   x_axis_label="rows / s")
+    speed.hbar(y="worker", right="speed", height=0.7, source=src["speed"], color="#1f77b4")
+    speed.add_tools(HoverTool(tooltips=[("worker", "@worker"), ("speed", "@speed{0,0}")]))
+    speed.x_range.start = 0
+    speed.xaxis.formatter = NumeralTickFormatter(format="0.0a")
+    return speed, factors
+
+
+def _durations_figure(src):
+    from bokeh.models import Legend, LegendItem
+    from bokeh.plotting import figure
+
+    dur = figure(title="Round duration, and what BSP would have waited", height=260,
+                 sizing_mode="stretch_width", tools=_TOOLS, x_axis_label="round",
+                 y_axis_label="s")
+    took = [dur.line(x="round", y="duration", source=src["durations"], color="#1f77b4"),
+            dur.scatter(x="round", y="duration", source=src["durations"], color="#1f77b4",
+                        size=4)]
+    bsp = dur.line(x="round", y="bsp_wait", source=src["durations"], color="#d62728",
+                   line_dash="dashed")
+    dur.add_layout(Legend(orientation="horizontal", items=[
+        LegendItem(label="round (measured)", renderers=took),
+        LegendItem(label="BSP: slowest partition's compute at its full quota",
+                   renderers=[bsp])]), "below")
+    dur.y_range.start = 0
+    return dur
+
+
+def _objective_figure(src):
+    from bokeh.plotting import figure
+
+    obj = figure(title="Objective", height=260, sizing_mode="stretch_width", tools=_TOOLS,
+                 x_axis_label="wall time since the fit started (s)")
+    obj.line(x="wall", y="objective", source=src["objective"], color="#2ca02c")
+    obj.scatter(x="wall", y="objective", source=src["objective"], color="#2ca02c", size=4)
+    return obj
+
+
+def _latency_figure(src):
+    from bokeh.plotting import figure
+
+    lat = figure(title="Harvest latency (quorum reached to round settled)", height=260,
+                 sizing_mode="stretch_width", tools=_TOOLS, x_axis_label="round",
+                 y_axis_label="ms")
+    lat.scatter(x="round", y="latency_ms", source=src["latency"], color="#9467bd", size=5)
+    lat.y_range.start = 0
+    return lat
+
+
 class FitsPage:
     """The models of one browser session's page; :meth:`update` redraws what changed.
 
@@ -60,43 +155,15 @@ class FitsPage:
 
     def __init__(self, scheduler) -> None:
         from bokeh.layouts import column, row
-        from bokeh.models import (
-            BasicTicker,
-            ColorBar,
-            ColumnDataSource,
-            DataTable,
-            Div,
-            FactorRange,
-            HoverTool,
-            Legend,
-            LegendItem,
-            NumeralTickFormatter,
-            Select,
-            TableColumn,
-        )
-        from bokeh.palettes import Viridis256
-        from bokeh.plotting import figure
-        from bokeh.transform import linear_cmap
+        from bokeh.models import ColumnDataSource, DataTable, Div, Select, TableColumn
 
         self.scheduler = scheduler
         self._shown: tuple | None = None
         self._fit: str | None = None  # the fit on display
         self._pinned: str | None = None  # the fit the user chose (None: follow the newest)
-        self.sources = {
-            "fits": dict(fit=[], program=[], sync=[], status=[], rounds=[], objective=[],
-                         partitions=[], started=[]),
-            "heatmap": dict(round=[], partition=[], share=[], rows=[], quota=[], worker=[],
-                            harvested=[]),
-            "harvested": dict(round=[], partition=[]),
-            "speed": dict(worker=[], speed=[]),
-            "durations": dict(round=[], duration=[], bsp_wait=[]),
-            "objective": dict(round=[], wall=[], objective=[]),
-            "latency": dict(round=[], latency_ms=[]),
-        }
-        self.sources = {k: ColumnDataSource(v, name=f"daskabsp-{k}")
-                        for k, v in self.sources.items()}
+        self.sources = {k: ColumnDataSource({c: [] for c in cols}, name=f"daskabsp-{k}")
+                        for k, cols in _COLUMNS.items()}
         src = self.sources
-
         self.title = Div(text="", name="daskabsp-title", sizing_mode="stretch_width")
         self.select = Select(title="Fit", options=[], value="", name="daskabsp-select",
                              width=420)
@@ -108,64 +175,12 @@ class FitsPage:
                 ("status", "status"), ("rounds", "rounds"), ("partitions", "partitions"),
                 ("objective", "objective"), ("started", "started"))],
         )
-
-        tools = "pan,wheel_zoom,box_zoom,reset"
-        heat = figure(title="Share of its quota each partition processed (x: harvested)",
-                      height=300, sizing_mode="stretch_width", tools=tools,
-                      x_axis_label="round", y_axis_label="partition")
-        cmap = linear_cmap("share", Viridis256, low=0.0, high=1.0)
-        cells = heat.rect(x="round", y="partition", width=1, height=1, source=src["heatmap"],
-                          fill_color=cmap, line_color=None)
-        heat.scatter(x="round", y="partition", source=src["harvested"], marker="x", size=7,
-                     line_color="#ff3b30", line_width=1.5)
-        heat.add_layout(ColorBar(color_mapper=cmap["transform"], width=10,
-                                 title="share"), "right")
-        heat.add_tools(HoverTool(renderers=[cells], tooltips=[
-            ("round", "@round"), ("partition", "@partition"), ("rows", "@rows of @quota"),
-            ("share", "@share{0.00}"), ("worker", "@worker"), ("harvested", "@harvested")]))
-        heat.grid.visible = False
-        heat.xaxis.ticker = BasicTicker(min_interval=1)
-        heat.yaxis.ticker = BasicTicker(min_interval=1)
-
-        self.speed_range = FactorRange(factors=[])
-        speed = figure(title="Worker speed (rows per compute second, smoothed)", height=260,
-                       sizing_mode="stretch_width", y_range=self.speed_range, tools="",
-                       x_axis_label="rows / s")
-        speed.hbar(y="worker", right="speed", height=0.7, source=src["speed"],
-                   color="#1f77b4")
-        speed.add_tools(HoverTool(tooltips=[("worker", "@worker"), ("speed", "@speed{0,0}")]))
-        speed.x_range.start = 0
-        speed.xaxis.formatter = NumeralTickFormatter(format="0.0a")
-
-        dur = figure(title="Round duration, and what BSP would have waited", height=260,
-                     sizing_mode="stretch_width", tools=tools, x_axis_label="round",
-                     y_axis_label="s")
-        took = [dur.line(x="round", y="duration", source=src["durations"], color="#1f77b4"),
-                dur.scatter(x="round", y="duration", source=src["durations"], color="#1f77b4",
-                            size=4)]
-        bsp = dur.line(x="round", y="bsp_wait", source=src["durations"], color="#d62728",
-                       line_dash="dashed")
-        dur.add_layout(Legend(orientation="horizontal", items=[
-            LegendItem(label="round (measured)", renderers=took),
-            LegendItem(label="BSP: slowest partition's compute at its full quota",
-                       renderers=[bsp])]), "below")
-        dur.y_range.start = 0
-
-        obj = figure(title="Objective", height=260, sizing_mode="stretch_width", tools=tools,
-                     x_axis_label="wall time since the fit started (s)")
-        obj.line(x="wall", y="objective", source=src["objective"], color="#2ca02c")
-        obj.scatter(x="wall", y="objective", source=src["objective"], color="#2ca02c", size=4)
-
-        lat = figure(title="Harvest latency (quorum reached to round settled)", height=260,
-                     sizing_mode="stretch_width", tools=tools, x_axis_label="round",
-                     y_axis_label="ms")
-        lat.scatter(x="round", y="latency_ms", source=src["latency"], color="#9467bd", size=5)
-        lat.y_range.start = 0
-
+        speed, self.speed_range = _speed_figure(src)
         self.root = column(
-            self.title, row(self.select, sizing_mode="stretch_width"), self.table, heat,
-            row(dur, speed, sizing_mode="stretch_width"),
-            row(obj, lat, sizing_mode="stretch_width"),
+            self.title, row(self.select, sizing_mode="stretch_width"), self.table,
+            _heatmap_figure(src), row(_durations_figure(src), speed,
+                                      sizing_mode="stretch_width"),
+            row(_objective_figure(src), _latency_figure(src), sizing_mode="stretch_width"),
             sizing_mode="stretch_width",
         )
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from numbers import Integral, Real
 
 import dask
@@ -13,12 +12,12 @@ from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
 from sklearn.utils import check_array, check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from daskabsp import answering_workers, get_client
+import daskabsp
 from daskabsp.programs import LloydKMeans, squared_distances
 
 from ._callbacks import fit_with_callbacks
 from ._engine import EngineMixin
-from ._inputs import FitInput, map_rows, validate_fit, validate_predict
+from ._inputs import map_rows, validate_fit, validate_predict
 from ._kmeans_init import BlockDraws, kmeans_parallel, random_rows
 from ._validation import (
     ARRAY_LIKE,
@@ -35,16 +34,6 @@ from ._validation import (
 AUTO_N_INIT = 10
 #: k-means|| sampling rounds for ``init_max_iter=None``.
 DEFAULT_INIT_ROUNDS = 5
-
-
-def _scattered(client, a, rows: tuple[int, ...]):
-    """``a`` as a dask array of row chunks of ``rows`` rows, each scattered to a worker."""
-    bounds = np.cumsum((0, *rows))
-    futures = client.scatter([a[i:j] for i, j in itertools.pairwise(bounds)],
-                             hash=False, workers=answering_workers(client=client))
-    meta = a[:0]
-    return da.concatenate([da.from_delayed(f, shape=(n, *a.shape[1:]), dtype=a.dtype, meta=meta)
-                           for f, n in zip(futures, rows, strict=True)])
 
 
 def _labels(X, centers):
@@ -230,26 +219,6 @@ default="k-means++"
 
     # -- fit ----------------------------------------------------------------------------------
 
-    def _placed(self, data: FitInput, client):
-        """The rows (and weights) as a persisted dask array, one row chunk per partition."""
-        if data.lazy:
-            X, w = data.X, data.sample_weight
-            if self.n_partitions is not None:
-                X = X.rechunk({0: -(-X.shape[0] // self.n_partitions)})
-                w = None if w is None else w.rechunk((X.chunks[0],))
-        else:
-            P = self._n_partitions(data, 0)
-            n = data.n_samples
-            q, r = divmod(n, P)
-            rows = tuple(q + (i < r) for i in range(P))
-            # Scattered to the workers, not sent inside the graph: the scheduler would keep a
-            # copy of the rows for as long as the fit runs.
-            X = _scattered(client, data.X, rows)
-            w = None if data.sample_weight is None else _scattered(
-                client, data.sample_weight, rows)
-        X, w = client.persist([X, w]) if w is not None else (client.persist(X), None)
-        return X, w
-
     def _given_centers(self, n_features: int) -> np.ndarray | None:
         """The ``init`` array, checked against the data (None for a named method)."""
         if isinstance(self.init, str):
@@ -312,21 +281,18 @@ default="k-means++"
             raise ValueError(f"n_samples={n} should be >= n_clusters={self.n_clusters}.")
         given = self._given_centers(d)
         rng = check_random_state(self.random_state)
-        client = get_client()
-        # The initialisation's dask computations must run where the rows were persisted,
-        # also when that is the engine's embedded cluster rather than the default client.
+        client = self._client()
+        # The initialisation's dask computations must run where the rows were placed, also
+        # when that is the engine's embedded cluster rather than the default client.
         with client.as_current():
-            Xd, wd = self._placed(data, client)
+            placed = daskabsp.place(data.X, sample_weight=data.sample_weight,
+                                    n_partitions=self._n_partitions(data), client=client)
+            Xd, wd = placed.X, placed.sample_weight
             scale = (_mean_variance(data.X, data.sample_weight) if not data.lazy
                      else _lazy_mean_variance(Xd, wd))
             C0 = given if given is not None else self._initial_centers(Xd, wd, rng)
             program = LloydKMeans(initial_centers=C0, tol=self.tol * scale)
-            placed = FitInput(Xd, None, wd, True)
-            # in-memory rows: a partition on a worker that stops answering is scattered
-            # again from them
-            source = None if data.lazy else (data.X, None, data.sample_weight)
-            res = self._run_engine(program, placed, None, wd, max_iter=self.max_iter,
-                                   n_params=C0.size, source=source,
+            res = self._run_engine(program, placed, None, None, max_iter=self.max_iter,
                                    attributes=lambda c: {"cluster_centers_": c})
             centers = res.state.centers
             if data.lazy:

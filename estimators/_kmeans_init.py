@@ -25,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.cluster import KMeans as _LocalKMeans
 
-from daskabsp import answering_workers, compute_answering, stuck_keys
+from daskabsp.answering import answering_workers, compute_answering, stuck_keys
 from daskabsp.programs import squared_distances
 
 from ._row_draws import (
@@ -113,8 +113,9 @@ class BlockDraws:
 
     Creating one runs the one-off pass that hashes the rows and totals the weights of equal
     rows (kept on the workers as long as this object lives). A block whose rows only a worker
-    that stopped answering holds (frozen; see :func:`daskabsp.compute_answering`) is left out
-    of the draws from then on: the initial centers come from the other blocks' rows.
+    that stopped answering holds (frozen; see :func:`daskabsp.answering.compute_answering`)
+    is left out of the draws from then on: the initial centers come from the other blocks'
+    rows.
 
     Parameters
     ----------

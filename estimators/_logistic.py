@@ -162,14 +162,13 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
         else:
             program = MultinomialNewton(n_classes=K, l2=l2, fit_intercept=self.fit_intercept,
                                         tol=self.tol, max_hessian=hessian_limit(data.n_samples))
-        n_params = program.shape(d)[1]
 
         def attributes(theta):  # theta: one row of parameters per class (one for K = 2)
             coef, intercept = split_theta(theta, d, self.fit_intercept)
             return {"coef_": coef, "intercept_": intercept, "classes_": t.classes}
 
         res = self._run_engine(program, data, t.codes, t.weights, max_iter=self.max_iter,
-                               n_params=n_params, attributes=attributes)
+                               attributes=attributes)
         for name, value in attributes(res.coef).items():
             setattr(self, name, value)
         self.n_iter_ = np.array([res.n_iter], dtype=np.int32)

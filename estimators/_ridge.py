@@ -125,7 +125,7 @@ class Ridge(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator):
             return {"coef_": coef[0], "intercept_": float(intercept[0])}
 
         res = self._run_engine(program, data, y, sw, max_iter=self._callback_max_rounds(),
-                               n_params=program.shape(d)[1], attributes=attributes)
+                               attributes=attributes)
         for name, value in attributes(res.coef).items():
             setattr(self, name, value)
         self.n_iter_ = np.array([res.n_iter], dtype=np.int32)

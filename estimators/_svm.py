@@ -154,7 +154,7 @@ class LinearSVC(LinearClassifierPredictMixin, ClassifierMixin, EngineMixin, Base
             return {"coef_": coef, "intercept_": intercept, "classes_": t.classes}
 
         res = self._run_engine(program, data, t.codes, t.weights, max_iter=self.max_iter,
-                               n_params=program.shape(d)[1], attributes=attributes)
+                               attributes=attributes)
         for name, value in attributes(res.coef).items():
             setattr(self, name, value)
         self.n_iter_ = int(res.n_iter)

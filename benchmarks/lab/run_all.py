@@ -1,4 +1,4 @@
-"""Run the four lab experiments one after the other (each in its own process and cluster),
+"""Run the lab experiments one after the other (each in its own process and cluster),
 passing the options on: ``python benchmarks/lab/run_all.py [--quick] [--seed N]``."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-EXPERIMENTS = ["lab_spread.py", "lab_models.py", "lab_ablations.py", "lab_limit.py"]
+EXPERIMENTS = ["lab_sources.py", "lab_spread.py", "lab_models.py", "lab_ablations.py",
+               "lab_limit.py"]
 
 
 def main() -> int:
