@@ -1,26 +1,31 @@
-"""Fit time: what a user waits for, ``est.fit(X, y)`` at default parameters, BSP vs A-BSP,
-with and without stragglers.
+"""Fit time: what a user waits for, ``est.fit(X, y)`` at default parameters, under every
+sync variant, with and without stragglers: the whole ``fit()`` and the time until the fitted
+parameters are within 1% of the optimum.
 
-One worker process per core, one thread each (2 on a 2-core machine; more worker processes than
-cores would let a sleeping straggler's core serve the others and hide its cost). In-memory data
-sized so that a straggler-free BSP fit takes about 2 s or more. Scenarios:
+Worker processes x 1 thread each (``--workers``, default 2 and 4; with more worker processes
+than cores a sleeping straggler's core serves the others and hides part of its cost: read the
+4-worker rows next to that). In-memory data sized so that a straggler-free BSP fit takes about
+2 s or more. Scenarios:
 
 * ``none``: no straggler;
 * ``persistent``: one worker emulated 4x slower throughout (``daskabsp.slow_workers``);
 * ``transient``: before each round a seeded random worker is 4x slower for that round;
+* ``ordered``: rows sorted by label within each partition, and the persistent straggler (a
+  partial pass sees one class only);
 * ``frozen``: 3 workers; 1 s into the fit one of them is stopped (SIGSTOP) for 30 s, or until
-  the fit returns (A-BSP only, and BSP for the first model: a BSP fit waits the 30 s). Its
-  "/no straggler" is against the same fits on the same 3 workers without the freeze, timed
-  interleaved with the frozen ones.
+  the fit returns (BSP only for the first model: a BSP fit waits the 30 s). Its "/no
+  straggler" is against the same fits on the same 3 workers without the freeze.
 
-Per model and scenario, BSP, A-BSP (the default: with helpers) and A-BSP as published
-(``ABSP(helpers=False)``, "absp-paper") run interleaved (the order alternates per repeat); for
-binary logistic regression also dask-ml's Newton solver (its fastest here, see
-``bench_solvers.py``) on the same data as dask arrays (not under ``transient``: dask-ml has no
-per-round hook, and not under ``frozen``). "worker MiB" is the most training data one worker
-holds in the A-BSP fit (its partitions and the copies helpers read, ``daskabsp.replicas``).
-The ideal time with a persistent straggler is the straggler-free BSP time scaled by the lost
-capacity, n / (n - 1 + 1/F) (1.6x for 2 workers and F = 4). The table prints medians [IQR].
+Variants, run interleaved (the order alternates per repeat): ``absp`` (the default A-BSP),
+``absp-paper`` (A-BSP as published, ``ABSP.published()``), ``drop`` (its backup-worker
+ablation, ``ABSP.published(on_quorum="drop")``), ``bsp``; for binary logistic regression also
+dask-ml's Newton solver (none, persistent). "to 1%" is the wall time since ``fit`` was called
+at the end of the first round whose parameters are within 1% of the optimum (the smallest
+objective any fit of the case reached, or scikit-learn's); the exact objectives are evaluated
+after the fits, from parameters a scikit-learn fit callback copied each round. "/best" is a
+variant's median over the best median of the other variants of its row group. The ideal with
+a persistent straggler is the straggler-free BSP time scaled by the lost capacity,
+n / (n - 1 + 1/F). The table prints medians [IQR].
 """
 
 from __future__ import annotations
@@ -37,21 +42,29 @@ import numpy as np
 from _common import FitCallback, load_note, parse_args, spread, summary, table, write_json
 from _data import dense_classification, dense_regression
 from distributed import Client, LocalCluster
+from scipy.special import logsumexp
 from sklearn.datasets import make_blobs
 from sklearn.exceptions import ConvergenceWarning
 
 from daskabsp import ABSP, SlowWorkers
 from daskabsp.cluster import fast_malloc
+from daskabsp.datasets import order_rows
 from daskabsp.estimators import KMeans, LinearSVC, LogisticRegression, Ridge
 
 FACTOR = 4.0
 FREEZE_AFTER, FREEZE_FOR = 1.0, 30.0
+TOLERANCE = 0.01  # "to 1%": relative objective gap to the optimum
+
+SYNCS = {"absp": "absp", "absp-paper": ABSP.published(),
+         "drop": ABSP.published(on_quorum="drop"), "bsp": "bsp"}
 
 
 def add_options(p) -> None:
     p.add_argument("--repeats", type=int, default=None)
-    p.add_argument("--scenarios", default="none,persistent,transient,frozen")
+    p.add_argument("--scenarios", default="none,persistent,transient,ordered,frozen")
     p.add_argument("--models", default="logistic,logistic3,svc,ridge,kmeans")
+    p.add_argument("--workers", default="2,4", help="worker processes (comma-separated)")
+    p.add_argument("--syncs", default=",".join(SYNCS))
 
 
 def models(quick: bool, seed: int) -> dict[str, tuple[Callable, Callable]]:
@@ -70,10 +83,52 @@ def models(quick: bool, seed: int) -> dict[str, tuple[Callable, Callable]]:
     }
 
 
+# -- exact objectives of the fitted parameters --------------------------------------------------
+
+
+def objective(name: str, X, y, p: dict) -> float:
+    """The model's training objective (scikit-learn's, at default parameters) at the
+    parameters ``p`` (fitted attributes) over ``X``, ``y``."""
+    if name == "kmeans":
+        C = p["cluster_centers_"]
+        d = (X**2).sum(1)[:, None] - 2 * X @ C.T + (C**2).sum(1)[None, :]
+        return float(np.maximum(d.min(1), 0).sum())
+    W, b = np.atleast_2d(p["coef_"]), np.atleast_1d(p["intercept_"])
+    Z = X @ W.T + b
+    if name == "ridge":
+        return float(((y - Z.ravel()) ** 2).sum() + (W**2).sum())
+    if name == "svc":
+        s = np.where(y == p["classes_"][1], 1.0, -1.0)
+        return float((np.maximum(0, 1 - s * Z.ravel()) ** 2).sum() + 0.5 * (W**2).sum())
+    if W.shape[0] == 1:  # binary logistic regression, C = 1
+        s = np.where(y == p["classes_"][1], 1.0, -1.0)
+        return float(np.logaddexp(0, -s * Z.ravel()).sum() + 0.5 * (W**2).sum())
+    codes = np.searchsorted(p["classes_"], y)
+    return float((logsumexp(Z, axis=1) - Z[np.arange(len(y)), codes]).sum()
+                 + 0.5 * (W**2).sum())
+
+
+_ATTRS = ("coef_", "intercept_", "classes_", "cluster_centers_")
+
+
+class Trace(FitCallback):
+    """Copies the fitted attributes after each engine round, with the time since ``t0``."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.points: list[tuple[float, dict]] = []
+
+    def on_fit_task_end(self, estimator, context, *, fitted_estimator=None) -> bool:
+        if context.task_name == "round" and fitted_estimator is not None:
+            self.points.append((time.perf_counter() - self.t0, {
+                a: np.array(getattr(fitted_estimator, a)) for a in _ATTRS
+                if hasattr(fitted_estimator, a)}))
+        return False
+
+
 class Transient(FitCallback):
-    """A scikit-learn fit callback (``set_callbacks``, scikit-learn >= 1.9): after each engine
-    round, a seeded random worker becomes ``FACTOR`` times slower for the next round (the
-    engine's emulation plugin, registered again under the same name)."""
+    """After each engine round, a seeded random worker becomes ``FACTOR`` times slower for
+    the next round (the engine's emulation plugin, registered again under the same name)."""
 
     def __init__(self, client: Client, seed: int) -> None:
         self.client, self.rng = client, random.Random(seed)
@@ -90,12 +145,13 @@ class Transient(FitCallback):
         return False
 
 
-SYNCS = {"absp": "absp", "absp-paper": ABSP(helpers=False), "bsp": "bsp"}
+# -- one fit ----------------------------------------------------------------------------------
 
 
-def fit_once(client, make, X, y, sync: str, scenario: str, seed: int, daskml=None):
-    """One timed fit under ``scenario``: seconds, rounds, (frozen) whether it returned
-    before the worker was resumed, and the most data bytes a worker held."""
+def fit_once(client, make, X, y, sync: str, scenario: str, seed: int, daskml=None) -> dict:
+    """One timed fit under ``scenario``: seconds, rounds, the per-round parameters, (frozen)
+    whether it returned before the worker was resumed, and the most data bytes a worker
+    held."""
     if sync == "dask-ml":
         from bench_solvers import daskml_fit
 
@@ -103,12 +159,15 @@ def fit_once(client, make, X, y, sync: str, scenario: str, seed: int, daskml=Non
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             daskml_fit(client, "newton", *daskml)
-        return time.perf_counter() - t0, -1, None, np.nan
+        return {"seconds": time.perf_counter() - t0, "rounds": -1, "trace": [],
+                "returned": None, "held": np.nan}
     est = make(SYNCS[sync])
+    trace = Trace()
+    hooks = [trace]
     if scenario == "transient":
-        hook = Transient(client, seed)
-        hook.slow_one()
-        est.set_callbacks(hook)
+        hooks.append(Transient(client, seed))
+        hooks[-1].slow_one()
+    est.set_callbacks(*hooks)
     timers, pid = [], None
     if scenario == "frozen":
         pid = client.run(os.getpid)[sorted(client.scheduler_info()["workers"])[-1]]
@@ -116,7 +175,7 @@ def fit_once(client, make, X, y, sync: str, scenario: str, seed: int, daskml=Non
                   threading.Timer(FREEZE_AFTER + FREEZE_FOR, os.kill, (pid, signal.SIGCONT))]
         for t in timers:
             t.start()
-    t0 = time.perf_counter()
+    t0 = trace.t0 = time.perf_counter()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
@@ -129,14 +188,102 @@ def fit_once(client, make, X, y, sync: str, scenario: str, seed: int, daskml=Non
             os.kill(pid, signal.SIGCONT)
         if scenario == "transient":
             client.unregister_worker_plugin("bench-transient")
-    returned = seconds < FREEZE_AFTER + FREEZE_FOR if scenario == "frozen" else None
-    held = est.history_.attrs.get("max_worker_data_bytes", np.nan)
-    return seconds, int(np.max(getattr(est, "n_iter_", -1))), returned, held
+    final = {a: np.array(getattr(est, a)) for a in _ATTRS if hasattr(est, a)}
+    return {"seconds": seconds, "rounds": int(np.max(getattr(est, "n_iter_", -1))),
+            "trace": [*trace.points, (seconds, final)],
+            "returned": seconds < FREEZE_AFTER + FREEZE_FOR if scenario == "frozen" else None,
+            "held": est.history_.attrs.get("max_worker_data_bytes", np.nan)}
+
+
+def to_target(name: str, X, y, fits: dict[str, list[dict]]) -> dict[str, list[float]]:
+    """Per variant, each fit's time to within :data:`TOLERANCE` of the best objective any
+    fit reached (NaN if never)."""
+    objs = {s: [[objective(name, X, y, p) for _, p in f["trace"]] for f in fs]
+            for s, fs in fits.items() if s != "dask-ml"}
+    best = min(min(o) for runs in objs.values() for o in runs if o)
+    target = best + TOLERANCE * abs(best)
+    out: dict[str, list[float]] = {}
+    for s, runs in objs.items():
+        out[s] = [next((t for (t, _), v in zip(f["trace"], o, strict=True) if v <= target),
+                       np.nan) for f, o in zip(fits[s], runs, strict=True)]
+    return out
+
+
+# -- a case: one model, scenario and cluster ----------------------------------------------------
+
+
+def run_case(name: str, make, X, y, scenario: str, n_workers: int, syncs: list[str],
+             repeats: int, seed: int) -> dict[str, list[dict]]:
+    """Every variant's fits of one case, interleaved; ``fits[sync]`` lists each repeat's."""
+    if scenario == "ordered":
+        X, y = order_rows(X, y, by="label", n_partitions=n_workers)
+    with fast_malloc(), LocalCluster(n_workers=n_workers, threads_per_worker=1,
+                                     processes=True, dashboard_address=":0") as cl, \
+            Client(cl) as client:
+        slow = sorted(client.scheduler_info()["workers"])[0]
+        if scenario in ("persistent", "ordered"):
+            client.register_plugin(SlowWorkers({slow: FACTOR}))
+        daskml = None
+        if "dask-ml" in syncs:
+            from bench_solvers import daskml_arrays
+
+            daskml = daskml_arrays(client, X, y)
+        fits: dict[str, list[dict]] = {s: [] for s in syncs}
+        unfrozen: dict[str, list[float]] = {s: [] for s in syncs}
+        for r in range(repeats):
+            for sync in (syncs if r % 2 == 0 else syncs[::-1]):
+                if scenario == "frozen":  # the same fit on the same 3 workers
+                    unfrozen[sync].append(fit_once(client, make, X, y, sync, "none",
+                                                   seed + r, daskml)["seconds"])
+                fits[sync].append(fit_once(client, make, X, y, sync, scenario, seed + r,
+                                           daskml))
+        del daskml
+    reached = to_target(name, X, y, fits)
+    for sync in syncs:
+        for f, t in zip(fits[sync], reached.get(sync, [np.nan] * len(fits[sync])),
+                        strict=True):
+            f.pop("trace")
+            f["to_target"] = t
+        if unfrozen[sync]:
+            fits[sync][0]["unfrozen"] = unfrozen[sync]
+    return fits
 
 
 def mib(values) -> str:
     finite = [v for v in values if np.isfinite(v)]
     return f"{max(finite) / 2**20:.0f}" if finite else ""
+
+
+def med(fs: list[dict], key: str) -> float:
+    return float(np.nanmedian([f[key] for f in fs])) if fs else np.nan
+
+
+def rows_of(name: str, scenario: str, n_workers: int, fits: dict, base: dict) -> list[list]:
+    """Table rows of one case; ``base[(name, n)]`` holds the straggler-free BSP time."""
+    out = []
+    for sync, fs in fits.items():
+        others = [s for s in fits if s not in (sync, "dask-ml")]
+        rel = {k: med(fs, k) / min((med(fits[s], k) for s in others), default=np.nan)
+               for k in ("seconds", "to_target")}
+        ideal = ""
+        if scenario == "persistent" and (name, n_workers) in base:
+            ideal = f"{base[(name, n_workers)] * n_workers / (n_workers - 1 + 1 / FACTOR):.2f}"
+        ref = (np.median(fs[0]["unfrozen"]) if scenario == "frozen" and "unfrozen" in fs[0]
+               else base.get((name, n_workers, sync)))
+        returned = [f["returned"] for f in fs if f["returned"] is not None]
+        out.append([
+            f"{name} {scenario} {n_workers}w {sync}",
+            spread(summary([f["seconds"] for f in fs])),
+            spread(summary([f["to_target"] for f in fs])) if sync != "dask-ml" else "",
+            "/".join(str(c) for c in sorted({f["rounds"] for f in fs}) if c >= 0),
+            f"{rel['seconds']:.2f}", f"{rel['to_target']:.2f}" if sync != "dask-ml" else "",
+            ideal, f"{med(fs, 'seconds') / float(ideal):.2f}" if ideal else "",
+            f"{med(fs, 'seconds') / ref:.2f}" if ref else "",
+            "" if sync == "bsp" or "bsp" not in fits else
+            f"{med(fits['bsp'], 'seconds') / med(fs, 'seconds'):.2f}",
+            f"{sum(returned)}/{len(returned)}" if returned else "",
+            mib([f["held"] for f in fs])])
+    return out
 
 
 def main() -> None:
@@ -145,76 +292,39 @@ def main() -> None:
     repeats = args.repeats or (1 if args.quick else 3)
     scenarios = args.scenarios.split(",")
     wanted = args.models.split(",")
-    n_cores = os.cpu_count() or 2
-    rows, raw = [], []
+    sizes = [int(n) for n in args.workers.split(",")]
+    rows, raw, base = [], [], {}
     for name, (data, make) in models(args.quick, args.seed).items():
         if name not in wanted:
             continue
         X, y = data()
-        base = {}
-        for scenario in scenarios:
-            n_workers = 3 if scenario == "frozen" else n_cores
-            syncs = ["absp", "absp-paper"] + (
-                ["bsp"] if scenario != "frozen" or name == wanted[0] else [])
-            if name == "logistic" and scenario in ("none", "persistent"):
-                syncs.append("dask-ml")
-            with fast_malloc(), LocalCluster(n_workers=n_workers, threads_per_worker=1,
-                                             processes=True, dashboard_address=":0") as cl, \
-                    Client(cl) as client:
-                slow = sorted(client.scheduler_info()["workers"])[0]
-                plugin = SlowWorkers({slow: FACTOR}) if scenario == "persistent" else None
-                if plugin is not None:
-                    client.register_plugin(plugin)
-                daskml = None
-                if "dask-ml" in syncs:
-                    from bench_solvers import daskml_arrays
-
-                    daskml = daskml_arrays(client, X, y)
-                times = {s: [] for s in syncs}
-                counts = {s: [] for s in syncs}
-                held = {s: [] for s in syncs}
-                frozen_ok = {s: [] for s in syncs}
-                unfrozen = {s: [] for s in syncs}
-                for r in range(repeats):
-                    for sync in (syncs if r % 2 == 0 else syncs[::-1]):
-                        if scenario == "frozen":  # the same fit on the same 3 workers
-                            unfrozen[sync].append(fit_once(client, make, X, y, sync, "none",
-                                                           args.seed + r, daskml)[0])
-                        sec, n, ok, b = fit_once(client, make, X, y, sync, scenario,
-                                                 args.seed + r, daskml)
-                        times[sync].append(sec)
-                        counts[sync].append(n)
-                        held[sync].append(b)
-                        if ok is not None:
-                            frozen_ok[sync].append(ok)
-                del daskml
-            for sync in syncs:
-                t = summary(times[sync])
-                base.setdefault(scenario, {})[sync] = t["median"]
-                if scenario == "frozen":
-                    base.setdefault("frozen-none", {})[sync] = np.median(unfrozen[sync])
-                ideal = ""
-                ref = "frozen-none" if scenario == "frozen" else "none"
-                if scenario == "persistent" and "none" in base:
-                    n = n_cores
-                    ideal = f"{base['none']['bsp'] * n / (n - 1 + 1 / FACTOR):.2f}"
-                rows.append([f"{name} {scenario} {sync}", spread(t), "/".join(
-                    str(c) for c in sorted(set(counts[sync])) if c >= 0), ideal,
-                    f"{t['median'] / float(ideal):.2f}" if ideal else "",
-                    f"{t['median'] / base.get(ref, {}).get(sync, np.nan):.2f}",
-                    "" if sync == "bsp" or "bsp" not in times else
-                    f"{summary(times['bsp'])['median'] / t['median']:.2f}",
-                    "" if not frozen_ok[sync] else
-                    f"{sum(frozen_ok[sync])}/{len(frozen_ok[sync])}",
-                    mib(held[sync])])
-                raw.append({"model": name, "scenario": scenario, "sync": sync,
-                            "seconds": times[sync], "rounds": counts[sync]})
-        print(f"-- {name}: {X.shape[0]} x {X.shape[1]}, "
-              f"{X.nbytes / 2**20 / n_cores:.0f} MiB of X per worker", flush=True)
-    print(f"\nFit time: est.fit(X, y) at default parameters, {n_cores} workers x 1 thread "
-          f"(frozen: 3), {repeats} interleaved repeats; seconds median [IQR]")
-    print(table(["model scenario sync", "fit s", "rounds", "ideal s", "/ideal",
-                 "/no straggler", "BSP/this", "returned while frozen", "worker MiB"], rows))
+        for n_workers in sizes:
+            for scenario in scenarios:
+                if scenario == "frozen" and n_workers != sizes[0]:
+                    continue
+                n = 3 if scenario == "frozen" else n_workers
+                syncs = [s for s in args.syncs.split(",")
+                         if s != "bsp" or scenario != "frozen" or name == wanted[0]]
+                if name == "logistic" and scenario in ("none", "persistent"):
+                    syncs.append("dask-ml")
+                fits = run_case(name, make, X, y, scenario, n, syncs, repeats, args.seed)
+                if scenario == "none":
+                    base[(name, n)] = med(fits.get("bsp", []), "seconds")
+                    base.update({(name, n, s): med(fs, "seconds") for s, fs in fits.items()})
+                rows += rows_of(name, scenario, n, fits, base)
+                raw += [{"model": name, "scenario": scenario, "workers": n, "sync": s,
+                         "seconds": [f["seconds"] for f in fs],
+                         "to_target": [f["to_target"] for f in fs],
+                         "rounds": [f["rounds"] for f in fs],
+                         "returned": [f["returned"] for f in fs]}
+                        for s, fs in fits.items()]
+                print(f"-- {name} {scenario} {n} workers done", flush=True)
+    print(f"\nFit time: est.fit(X, y) at default parameters, workers x 1 thread (frozen: 3), "
+          f"{repeats} interleaved repeats; seconds median [IQR]; to 1%: until within "
+          f"{TOLERANCE:.0%} of the optimum; /best: over the best other variant")
+    print(table(["model scenario workers sync", "fit s", "to 1% s", "rounds", "/best fit",
+                 "/best to 1%", "ideal s", "/ideal", "/no straggler", "BSP/this",
+                 "returned while frozen", "worker MiB"], rows))
     print(load_note(load0))
     print(f"results: {write_json('bench_fit_time', args, {'runs': raw})}")
 

@@ -26,6 +26,8 @@ class PartitionBook:
         Rows per chunk of each partition's scan (None: calibrate with a probe).
     staleness : list of int
         Rounds since each partition's statistics last counted (most stale submitted first).
+    rate : list of float or None
+        Rows per second of each partition's last own scan (None: not measured yet).
     """
 
     sizes: tuple[int, ...]
@@ -33,12 +35,14 @@ class PartitionBook:
     cursor: list[int] = field(default_factory=list)
     chunk_rows: list[int | None] = field(default_factory=list)
     staleness: list[int] = field(default_factory=list)
+    rate: list[float | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n = len(self.sizes)
         self.cursor = self.cursor or [0] * n
         self.chunk_rows = self.chunk_rows or [None] * n
         self.staleness = self.staleness or [0] * n
+        self.rate = self.rate or [None] * n
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -62,6 +66,8 @@ class PartitionBook:
         for p, own in enumerate(owned):
             self.cursor[p] = int(next_cursor[p])
             self.staleness[p] = 0 if counted[p] else self.staleness[p] + 1
+            if own.rows > 0 and own.compute_seconds > 0:
+                self.rate[p] = own.rows / own.compute_seconds
             if own.chunk_rows and own.rows >= 4 * own.chunk_rows:
                 # Refine from the whole scan's speed (the probe chunk is noisy). Not below the
                 # probe's rows: a chunk's fixed cost (its share of statistics the size of the

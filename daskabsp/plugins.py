@@ -204,8 +204,10 @@ class AbspSchedulerPlugin(SchedulerPlugin):
                 self._stop(r)
         elif finish == "processing":
             ws = self.scheduler.tasks[key].processing_on
-            if r.stopped and ws is not None:
-                self._send_stop(r, {ws.address: [key]})
+            if ws is not None:
+                reg.processing(key, ws.address)
+                if r.stopped:
+                    self._send_stop(r, {ws.address: [key]})
         elif finish == "erred":
             reg.erred(key)
         elif finish == "forgotten":
@@ -219,8 +221,10 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         # quota there.
         if topic == "stealing" and isinstance(msg, (tuple, list)) and msg and msg[0] == "confirm":
             r = self.registry.round_of(msg[1])
-            if r is not None and r.stopped:
-                self._send_stop(r, {msg[4]: [msg[1]]})
+            if r is not None:
+                self.registry.processing(msg[1], msg[4])
+                if r.stopped:
+                    self._send_stop(r, {msg[4]: [msg[1]]})
 
     def remove_client(self, scheduler, client: str) -> None:
         self.registry.remove_client(client)

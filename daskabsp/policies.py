@@ -30,8 +30,21 @@ class Policy:
             )
 
     def round_quorum(self, n_partitions: int) -> int:
-        """Number of partitions that must finish their quota to end a round."""
+        """Number of partitions (or workers, see :attr:`quorum_unit`) that must finish their
+        quota to end a round."""
         return n_partitions
+
+    @property
+    def quorum_unit(self) -> str:
+        """What the quorum counts: finished ``"partitions"``, or ``"workers"`` that finished
+        every partition they were given."""
+        return "partitions"
+
+    @property
+    def grace(self) -> float:
+        """Share of its quota a stopped partition may still finish (it then ignores the
+        stop): the rows it would leave are not worth a partial round."""
+        return 0.0
 
     @property
     def keep_partial(self) -> bool:
@@ -91,8 +104,9 @@ class ABSP(Policy):
     Parameters
     ----------
     quorum : int, default=1
-        Number of partitions that must finish to end the round (k-of-n). ``quorum=1`` is A-BSP
-        proper; a quorum equal to the number of partitions behaves as BSP.
+        How many must finish to end the round (k-of-n): workers that finished every
+        partition they were given (``count="workers"``), or partitions. ``quorum=1`` is
+        A-BSP proper; a quorum equal to their number behaves as BSP.
     on_quorum : {"harvest", "drop"}, default="harvest"
         What happens to the work of stopped partitions: ``"harvest"`` counts their partial
         statistics; ``"drop"`` discards them and leaves their cursor where it was (the ablation
@@ -102,11 +116,23 @@ class ABSP(Policy):
         prioritised); ``"restart"`` starts every partition at row 0 each round (ablation).
     helpers : bool, default=True
         Once the round is stopped, share the rows the stopped partitions left of their quota
-        among the workers holding a copy of them (``daskabsp.replicas`` copies, made when the
-        fit places its data), in proportion to the speed each showed in the round, and count
-        them in the same round: the round covers every row at the speed of the workers that
-        are fast, and a silent worker's partitions are scanned from their copies. Only with
-        ``on_quorum="harvest"`` and ``cursor="resume"``; False gives A-BSP as published.
+        among the other workers holding a copy of them (``daskabsp.replicas`` copies, made
+        once the waits on a partition's worker have paid for one), in proportion to the speed
+        each showed in the round, and count them in the same round: the round covers every
+        row at the speed of the workers that are fast, and a silent worker's partitions are
+        scanned from their copies. Rows no other worker holds are counted next round, as
+        published. Only with ``on_quorum="harvest"`` and ``cursor="resume"``.
+    count : {"workers", "partitions"}, default="workers"
+        What the quorum counts. With several partitions per worker, a quorum of partitions
+        stops the round when the first partition finishes, with the others still queued
+        behind it: a round then covers little, or (with helpers) runs as two waves of tasks.
+    grace : float in [0, 1), default=0.1
+        A stopped partition with at most this share of its quota left finishes it anyway:
+        a round without a straggler then counts every row, at the price of waiting at most
+        this share of a scan.
+
+    :meth:`published` gives A-BSP as published (no helpers, a quorum of partitions, no
+    grace).
 
     References
     ----------
@@ -119,9 +145,29 @@ class ABSP(Policy):
     on_quorum: Literal["harvest", "drop"] = "harvest"
     cursor: Literal["resume", "restart"] = "resume"
     helpers: bool = True
+    count: Literal["workers", "partitions"] = "workers"
+    grace: float = 0.1
+
+    @classmethod
+    def published(cls, **kwargs) -> ABSP:
+        """A-BSP as published (Wang et al. 2018): no helpers, the round ends when the first
+        partition finishes (``count="partitions"``), stopped partitions stop at once
+        (``grace=0``). Keyword arguments override these."""
+        return cls(**{"helpers": False, "count": "partitions", "grace": 0.0, **kwargs})
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.count not in ("workers", "partitions"):
+            raise ValueError(
+                "The 'count' parameter of ABSP must be a str among {'partitions', 'workers'}. "
+                f"Got {self.count!r} instead."
+            )
+        g = self.grace
+        if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g < 1:
+            raise ValueError(
+                "The 'grace' parameter of ABSP must be a float in the range [0, 1). "
+                f"Got {g!r} instead."
+            )
         if not isinstance(self.helpers, bool):
             raise ValueError(
                 "The 'helpers' parameter of ABSP must be an instance of 'bool'. "
@@ -141,6 +187,10 @@ class ABSP(Policy):
 
     def round_quorum(self, n_partitions: int) -> int:
         return min(self.quorum, n_partitions)
+
+    @property
+    def quorum_unit(self) -> str:
+        return self.count
 
     @property
     def keep_partial(self) -> bool:

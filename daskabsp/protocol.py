@@ -11,7 +11,8 @@ import enum
 from dataclasses import dataclass, replace
 from typing import TypedDict
 
-#: The annotation naming a task's round: ``{"fit", "round", "attempt", "phase", "quorum"}``.
+#: The annotation naming a task's round:
+#: ``{"fit", "round", "attempt", "phase", "quorum", "unit"}``.
 ANNOTATION = "daskabsp"
 #: Scheduler -> worker (batched stream): stop these rounds; which of these keys are idle?
 STOP_OP = "daskabsp-stop"
@@ -98,10 +99,11 @@ class RoundId:
             s += f".{self.phase}"
         return s
 
-    def annotation(self, quorum: int) -> dict:
-        """The task annotation of this round's tasks (``quorum`` 0: never stopped)."""
+    def annotation(self, quorum: int, unit: str = "partitions") -> dict:
+        """The task annotation of this round's tasks (``quorum`` 0: never stopped; ``unit``:
+        what the quorum counts, finished ``"partitions"`` or ``"workers"``)."""
         return {"fit": self.fit, "round": self.round, "attempt": self.attempt,
-                "phase": self.phase, "quorum": quorum}
+                "phase": self.phase, "quorum": quorum, "unit": unit}
 
     @classmethod
     def from_annotation(cls, a: dict) -> RoundId:

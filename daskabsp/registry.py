@@ -31,7 +31,11 @@ class Round:
     fit : str
         The fit's id.
     quorum : int
-        Finished tasks that stop the round (0: never stopped).
+        Finished tasks (or workers, see ``unit``) that stop the round (0: never stopped).
+    unit : {"partitions", "workers"}
+        What the quorum counts: finished tasks, or workers that finished every task of the
+        round they were given (a worker's queue of several partitions is then one unit, and
+        a round of many partitions per worker is not cut after its first task).
     client : str or None
         The client that submitted it.
     keys : set
@@ -48,12 +52,16 @@ class Round:
     number: int
     fit: str
     quorum: int
+    unit: str
     client: str | None
     keys: set = field(default_factory=set)
     open: set = field(default_factory=set)
     idle: dict = field(default_factory=dict)
     occupied: set = field(default_factory=set)
     finished: int = 0
+    on: dict = field(default_factory=dict)  # open key -> worker it is processing on
+    load: dict = field(default_factory=dict)  # worker -> its open keys (unit "workers")
+    done_workers: set = field(default_factory=set)  # finished all they were given
     stopped: bool = False
     t_quorum: float | None = None
     t_last: float | None = None  # when the round settled (its last key left ``open``)
@@ -96,7 +104,8 @@ class RoundRegistry:
         r = self.rounds.get(rid)
         if r is None:
             r = self.rounds[rid] = Round(rid, round_id.round, round_id.fit,
-                                         int(annotation["quorum"]), client)
+                                         int(annotation["quorum"]),
+                                         str(annotation.get("unit", "partitions")), client)
         r.keys.add(key)
         r.open.add(key)
         self.key_round[key] = r
@@ -106,6 +115,16 @@ class RoundRegistry:
         """The round task ``key`` belongs to (one dict lookup: most keys belong to none)."""
         return self.key_round.get(key)
 
+    def processing(self, key: Hashable, worker: str) -> None:
+        """Task ``key`` is now processing (running or queued) on ``worker`` (assigned, moved
+        or stolen there)."""
+        r = self.key_round.get(key)
+        if r is None or key not in r.open:
+            return
+        self._unload(r, key)
+        r.on[key] = worker
+        r.load[worker] = r.load.get(worker, 0) + 1
+
     def finished(self, key: Hashable) -> Round | None:
         """Task ``key`` finished (``processing -> memory``). Returns its round if that round
         must be stopped now (its quorum reached; once per round)."""
@@ -113,8 +132,15 @@ class RoundRegistry:
         if r is None:
             return None
         r.finished += 1
+        worker = r.on.get(key)
         self._settle(r, key)
-        if not r.stopped and r.quorum and r.finished >= r.quorum:
+        if r.unit == "workers":
+            if worker is not None and not r.load.get(worker):
+                r.done_workers.add(worker)
+            count = len(r.done_workers)
+        else:
+            count = r.finished
+        if not r.stopped and r.quorum and count >= r.quorum:
             r.stopped = True
             r.t_quorum = self._clock()
             return r
@@ -186,8 +212,15 @@ class RoundRegistry:
                               "last_time": r.t_last}
         return out
 
+    @staticmethod
+    def _unload(r: Round, key: Hashable) -> None:
+        w = r.on.pop(key, None)
+        if w is not None:
+            r.load[w] -= 1
+
     def _settle(self, r: Round, key: Hashable) -> None:
         if key in r.open:
+            self._unload(r, key)
             r.open.discard(key)
             if not r.open:
                 r.t_last = self._clock()

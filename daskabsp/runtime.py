@@ -133,6 +133,7 @@ def run_partition(
     chunk_rows: int | None = None,
     chunk_target: float | None = None,
     ends_round: bool = False,
+    grace_rows: int = 0,
 ) -> PartialResult:
     """Scan ``quota`` rows of one partition from ``cursor`` (cyclically) until stopped.
 
@@ -159,6 +160,8 @@ def run_partition(
         Whether finishing the quota ends the round (a quorum of 1). The task then sets its
         round's stop flag on its own worker at once, so the worker's other tasks of the round
         stop without waiting for the scheduler's stop to come back.
+    grace_rows : int, default 0
+        A task stopped with at most this many rows of its quota left finishes them.
     """
     t_start = time.time()
     flag, slowdown, address = _worker_context(round_id)
@@ -201,7 +204,7 @@ def run_partition(
 
     # The hot loop: no locks, no I/O, no allocation beyond the program's own temporaries.
     while done < quota:
-        if is_set():
+        if is_set() and quota - done > grace_rows:
             break
         stop = min(pos + step, n, pos + quota - done)
         if extra > 0:

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from daskabsp import ABSP, BSP
 from daskabsp.book import PartitionBook, quotas_of
 from daskabsp.engine.membership import balance, reassign
-from daskabsp.engine.plan import Outcome, plan_round, settle
+from daskabsp.engine.plan import Outcome, plan_round, settle, spread
 from daskabsp.protocol import RoundId
 from daskabsp.runtime import PartialResult
 
-POLICIES = [BSP(), ABSP(), ABSP(helpers=False), ABSP(on_quorum="drop"), ABSP(quorum=2),
-            ABSP(cursor="restart", helpers=False)]
+POLICIES = [BSP(), ABSP(), ABSP.published(), ABSP(helpers=False), ABSP(on_quorum="drop"),
+            ABSP(quorum=2), ABSP(cursor="restart", helpers=False)]
 WORKERS = ["tcp://a", "tcp://b", "tcp://c", "tcp://d"]
 
 
@@ -52,27 +52,36 @@ def own(rows: int, worker: str = "tcp://a", chunk_rows: int = 0) -> PartialResul
 
 
 @given(st.sampled_from(POLICIES), st.lists(st.integers(1, 100), min_size=1, max_size=8),
-       st.booleans(), st.booleans())
-def test_plan_follows_the_policy(policy, sizes, full, helpers):
+       st.booleans(), st.booleans(), st.one_of(st.none(), st.floats(1.0, 5.0)))
+def test_plan_follows_the_policy(policy, sizes, full, helpers, expected):
     quotas = [max(1, n // 2) for n in sizes]
     try:
         policy.check(len(sizes))
     except ValueError:
         assume(False)
-    plan = plan_round(policy, quotas, sizes, full=full, helpers=helpers)
+    plan = plan_round(policy, quotas, sizes, full=full, helpers=helpers,
+                      expected_spread=expected)
     if isinstance(policy, BSP):  # never stopped, every quota asked, never helped
         assert plan.quorum == 0 and plan.quotas == tuple(quotas) and not plan.helped
         assert not plan.full
         return
+    balanced = expected is not None and expected <= 1 + policy.grace and policy.grace > 0
     helped = helpers and policy.helped
-    assert plan.helped == helped
-    if helped:  # the helpers cover the quotas: the round stops at the quorum, full or not
-        assert plan.quorum == policy.round_quorum(len(sizes))
+    if full and (balanced or not helped):  # a full round runs as BSP: every row, no stop
+        assert plan.quorum == 0 and plan.quotas == tuple(sizes) and plan.full
+    elif balanced:  # no straggler expected: nothing to stop, every quota covered
+        assert plan.quorum == 0 and plan.quotas == tuple(quotas) and not plan.helped
+    else:  # stopped at the quorum; with helpers, they cover the quotas, full or not
+        assert plan.quorum == policy.round_quorum(len(sizes)) and plan.helped == helped
         assert plan.quotas == tuple(quotas) and plan.full == full
-    elif full:  # a full round without helpers runs as BSP: every row, nobody stopped
-        assert plan.quorum == 0 and plan.quotas == tuple(sizes)
-    else:
-        assert plan.quorum == policy.round_quorum(len(sizes)) and plan.quotas == tuple(quotas)
+        assert plan.unit == policy.quorum_unit
+        assert all(0 <= g < q for g, q in zip(plan.grace, quotas, strict=True))
+
+
+def test_spread_is_the_busiest_worker_over_the_least_busy():
+    assert spread([10, 10, 10], [10.0, 10.0, 5.0], ["a", "a", "b"]) == 1.0
+    assert spread([10, 10], [10.0, 2.5], ["a", "b"]) == 4.0
+    assert spread([10, 10], [10.0, None], ["a", "b"]) is None
 
 
 # -- the settlement ----------------------------------------------------------------------------
@@ -197,3 +206,55 @@ def test_round_id_round_trips_through_its_annotation(fit, r, attempt, phase, quo
               RoundId(fit, r, attempt, 1 - phase)}
     assert str(rid) not in {str(o) for o in others}
     assert rid.key_prefix("logreg").startswith(f"daskabsp-logreg-{fit}-")
+
+
+# -- the helper phase's choice -----------------------------------------------------------------
+
+
+@st.composite
+def helped_rounds(draw):
+    """A stopped round: per partition its owner, copies, quota and the rows its own scan
+    covered; per worker a speed."""
+    P = draw(st.integers(1, 6))
+    owner = [draw(st.sampled_from(WORKERS)) for _ in range(P)]
+    copies = [draw(st.lists(st.sampled_from([w for w in WORKERS if w != owner[p]]),
+                            max_size=2, unique=True)) for p in range(P)]
+    quotas = [draw(st.integers(1, 400)) for _ in range(P)]
+    rows = [draw(st.integers(0, q)) for q in quotas]
+    speed = {w: draw(st.floats(1.0, 1e4)) for w in WORKERS}
+    return owner, copies, quotas, rows, speed
+
+
+@settings(max_examples=300, deadline=None)
+@given(helped_rounds(), st.booleans())
+def test_helpers_never_make_a_round_wait_longer_than_its_owners_would(case, needed):
+    """What a stopped partition left goes to helpers only where another worker holds a copy
+    (otherwise it is counted next round, the published rule, unless the program needs every
+    row now), and the planned helper phase ends no later than the owners alone would take
+    on what they left."""
+    from types import SimpleNamespace
+
+    from daskabsp import coverage
+    from daskabsp.engine.helpers import HelperPhase
+
+    owner, copies, quotas, rows, speed = case
+    P = len(owner)
+    holders = [dict.fromkeys([owner[p], *copies[p]]) for p in range(P)]
+    placement = SimpleNamespace(owner=owner, holders=lambda p: holders[p])
+    book = PartitionBook(tuple(quotas), list(quotas))
+    owned = [own(r, owner[p]) for p, r in enumerate(rows)]
+    phase = HelperPhase(P, [0.0] * P, 0.002, sum)
+    los = phase.leftovers(placement, book, owned, quotas, set(), needed=needed)
+    left = {p for p in range(P) if rows[p] < quotas[p]}
+    expect = left if needed else {p for p in left if copies[p]}
+    assert {lo.partition for lo in los} == expect
+    pieces = coverage.plan(los, speed, dict.fromkeys(WORKERS, 1))
+    work: dict[str, float] = {}
+    for pc in pieces:
+        work[pc.worker] = work.get(pc.worker, 0.0) + pc.rows / speed[pc.worker]
+    alone: dict[str, float] = {}
+    for lo in los:
+        w = owner[lo.partition]
+        alone[w] = alone.get(w, 0.0) + lo.rows / speed[w]
+    if pieces:
+        assert max(work.values()) <= max(alone.values()) * (1 + 1e-9) + 1e-9

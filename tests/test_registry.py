@@ -45,28 +45,34 @@ def histories(draw):
 
 
 @settings(max_examples=400)
-@given(histories())
-def test_a_round_settles_exactly_when_every_key_is_done_and_stops_once(case):
+@given(histories(), st.sampled_from(["partitions", "workers"]))
+def test_a_round_settles_exactly_when_every_key_is_done_and_stops_once(case, unit):
     rounds, seq = case
     settled: list[str] = []
     reg = RoundRegistry(on_settle=lambda r: settled.append(r.rid))
     where: dict = {}
     for rid, quorum, keys in rounds:
-        for key in keys:
-            reg.announce(key, rid.annotation(quorum), client="c")
-            where[key] = "w1"
+        for i, key in enumerate(keys):
+            reg.announce(key, rid.annotation(quorum, unit), client="c")
+            where[key] = f"w{i % 2}"
+            reg.processing(key, where[key])
     stops: dict[str, int] = {}
     done: set = set()
     finished: dict[str, int] = {}
+    done_workers: dict[str, set] = {}
     for key, event in seq:
         r = reg.round_of(key)
         if event == "finished" and key not in done:
             stop = reg.finished(key)
+            done.add(key)
             finished[r.rid] = finished.get(r.rid, 0) + 1
+            if not any(where[k] == where[key] for k in r.keys if k not in done):
+                done_workers.setdefault(r.rid, set()).add(where[key])
             if stop is not None:
                 stops[stop.rid] = stops.get(stop.rid, 0) + 1
-                assert stop.quorum and finished[r.rid] >= stop.quorum
-            done.add(key)
+                count = finished[r.rid] if unit == "partitions" else len(
+                    done_workers[r.rid])
+                assert stop.quorum and count >= stop.quorum
         elif event == "erred" and key not in done:
             reg.erred(key)
             done.add(key)
@@ -77,6 +83,7 @@ def test_a_round_settles_exactly_when_every_key_is_done_and_stops_once(case):
             old = where[key]
             where[key] = old + "'"
             if r is not None:
+                reg.processing(key, where[key])
                 reg.reported_idle(r.rid, old, [key], False, where.get)
         elif event == "forgotten":
             reg.forgotten(key)
@@ -86,11 +93,36 @@ def test_a_round_settles_exactly_when_every_key_is_done_and_stops_once(case):
             if live is not None:  # open exactly while a key is not done
                 assert live.settled == all(k in done for k in keys)
     for rid, quorum, _keys in rounds:
-        assert stops.get(str(rid), 0) == (1 if quorum and finished.get(str(rid), 0) >= quorum
-                                          else 0)
+        count = (finished.get(str(rid), 0) if unit == "partitions"
+                 else len(done_workers.get(str(rid), ())))
+        assert stops.get(str(rid), 0) == (1 if quorum and count >= quorum else 0)
         assert settled.count(str(rid)) >= 1  # its waiters are told
     assert reg.rounds == {} and reg.key_round == {}  # nothing left behind
     assert {rid for rid, *_ in reg.log} == {str(rid) for rid, _, _ in rounds}
+
+
+def test_a_quorum_of_workers_stops_when_a_worker_has_finished_all_it_was_given():
+    """Three partitions on a, one on b: under a quorum of one worker, a's first finish does
+    not stop the round (two of a's are still open), b's finish does."""
+    reg = RoundRegistry()
+    rid = RoundId("f", 0)
+    for i, w in enumerate("aaab"):
+        reg.announce(i, rid.annotation(1, "workers"), "c")
+        reg.processing(i, w)
+    assert reg.finished(0) is None
+    reg.processing(1, "b")  # stolen by b: b now has two open
+    assert reg.finished(3) is None  # b still holds 1
+    stop = reg.finished(1)
+    assert stop is not None and stop.done_workers == {"b"}
+    assert reg.finished(2) is None  # one stop per round
+
+
+def test_a_quorum_of_partitions_stops_at_the_first_finish():
+    reg = RoundRegistry()
+    for i, w in enumerate("aab"):
+        reg.announce(i, RoundId("f", 0).annotation(1), "c")
+        reg.processing(i, w)
+    assert reg.finished(0) is not None
 
 
 def test_forgetting_a_fit_drops_its_log_and_keeps_running_rounds_out_of_it():

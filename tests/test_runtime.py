@@ -7,7 +7,8 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daskabsp.runtime import _rows
+from daskabsp import LogisticGD
+from daskabsp.runtime import _rows, run_partition
 
 
 @settings(max_examples=100, deadline=None)
@@ -25,3 +26,29 @@ def test_csr_chunk_view_is_the_rows_and_shares_memory(n, d, data):
         assert np.shares_memory(view.data, X.data)
         assert np.shares_memory(view.T.data, X.data)
     assert view.shape == (stop - start, d) and view.T.shape == (d, stop - start)
+
+
+def _scan_after_stop(grace_rows: int, rid: str):
+    """A partition scan (in a task) whose round was stopped on its worker before it
+    started."""
+    from distributed import get_worker
+
+    from daskabsp.plugins import stop_on_worker
+
+    stop_on_worker([rid], dask_worker=get_worker())
+    X = np.ones((1000, 3))
+    return run_partition(LogisticGD(), np.zeros(4), X, np.ones(1000), None, round_id=rid,
+                         cursor=0, quota=1000, chunk_rows=100, grace_rows=grace_rows)
+
+
+def test_a_stopped_task_within_its_grace_finishes_its_quota(client):
+    """Nothing is stopped that would finish within its grace: a task told to stop with at
+    most ``grace_rows`` left finishes (a round without a straggler counts every row); one
+    with more left stops at its next chunk."""
+    from daskabsp.plugins import ensure_plugins
+
+    client.sync(ensure_plugins, client)  # the workers' stop flags
+    ok = client.submit(_scan_after_stop, 1000, "grace-test:0", pure=False).result()
+    assert ok.worker and ok.rows == 1000 and not ok.stopped
+    cut = client.submit(_scan_after_stop, 999, "grace-test:1", pure=False).result()
+    assert cut.worker and cut.rows == 0 and cut.stopped

@@ -94,12 +94,22 @@ class HelperPhase:
 
     def leftovers(self, placement: Placement, book: PartitionBook,
                   owned: Sequence[PartialResult], quotas: Sequence[int],
-                  blocked: set[str]) -> list[coverage.Leftover]:
-        """What the partitions' own scans left of their quotas, and who can read it."""
-        return [coverage.Leftover(p, book.leftover_start(p, res.rows), quotas[p] - res.rows,
-                                  book.sizes[p], tuple(w for w in placement.holders(p)
-                                                       if w not in blocked))
-                for p, res in enumerate(owned) if quotas[p] > res.rows]
+                  blocked: set[str], *, needed: bool) -> list[coverage.Leftover]:
+        """What the partitions' own scans left of their quotas, and who can read it.
+
+        A leftover that only its own worker holds is left for the next round (the published
+        rule: its rows are the first its partition scans then), unless the program ``needed``
+        every row this round: scanning it now would make the round wait for the worker that
+        was just stopped for being slow."""
+        out = []
+        for p, res in enumerate(owned):
+            if quotas[p] <= res.rows:
+                continue
+            holders = tuple(w for w in placement.holders(p) if w not in blocked)
+            if needed or any(w != placement.owner[p] for w in holders):
+                out.append(coverage.Leftover(p, book.leftover_start(p, res.rows),
+                                             quotas[p] - res.rows, book.sizes[p], holders))
+        return out
 
     def worth_it(self, leftovers: list[coverage.Leftover],
                  owned: Sequence[PartialResult]) -> bool:
@@ -118,7 +128,7 @@ class HelperPhase:
         (not those in ``blocked``) scan what was left, unless the program did not ``need``
         the round to cover every row and the leftovers are small (:meth:`worth_it`)."""
         own = Helped([Outcome.own(res) for res in owned])
-        leftovers = self.leftovers(placement, book, owned, quotas, blocked)
+        leftovers = self.leftovers(placement, book, owned, quotas, blocked, needed=needed)
         if not leftovers or not (needed or self.worth_it(leftovers, owned)):
             return own
         live = {w: n for w, n in threads.items() if w not in blocked}

@@ -85,6 +85,8 @@ class ScanTask:
         Where its scan starts, and the rows it is asked for.
     chunk_rows : int or None
         Rows per chunk (None: calibrate).
+    grace_rows : int
+        Rows it may have left when stopped and still finish.
     """
 
     partition: int
@@ -94,6 +96,7 @@ class ScanTask:
     cursor: int
     quota: int
     chunk_rows: int | None
+    grace_rows: int = 0
 
 
 class Path:
@@ -195,9 +198,9 @@ class Link:
     # -- submitting ----------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _annotated(self, rid: RoundId, quorum: int) -> Iterator[None]:
+    def _annotated(self, rid: RoundId, quorum: int, unit: str = "partitions") -> Iterator[None]:
         with distributed.span("daskabsp", f"{self.program.name}-{self.fit_id}"), \
-                dask.annotate(daskabsp=rid.annotation(quorum)):
+                dask.annotate(daskabsp=rid.annotation(quorum, unit)):
             yield
 
     def _submit(self, name, func, *args, key, workers=None, priority=0, **kwargs) -> Future:
@@ -206,20 +209,22 @@ class Link:
         return self.path.submit(self.client, name, func, args, kwargs, opts)
 
     def submit_round(self, rid: RoundId, quorum: int, params, tasks: list[ScanTask],
-                     chunk_target: float) -> list[Future]:
+                     chunk_target: float, unit: str = "partitions") -> list[Future]:
         """Submit ``tasks``, in that order (workers start tasks in the order they arrive),
-        as round ``rid``, stopped once ``quorum`` have finished (0: never). Returns the
-        futures in partition order."""
+        as round ``rid``, stopped once ``quorum`` partitions (or workers, ``unit``) have
+        finished (0: never). Returns the futures in partition order."""
         prefix = rid.key_prefix(self.program.name)
         program = self.path.program(self.program)
+        # the first task to finish ends the round: it stops the others on its worker at once
+        ends = quorum == 1 and unit == "partitions"
         futs = {}
-        with self._annotated(rid, quorum):
+        with self._annotated(rid, quorum, unit if self.path.scheduler_plugin else "partitions"):
             for t in tasks:
                 futs[t.partition] = self._submit(
                     "run", run_partition, program, params, *t.data, key=(prefix, t.partition),
                     workers=[t.owner], priority=t.priority, round_id=str(rid),
                     cursor=t.cursor, quota=t.quota, chunk_rows=t.chunk_rows,
-                    chunk_target=chunk_target, ends_round=quorum == 1)
+                    chunk_target=chunk_target, ends_round=ends, grace_rows=t.grace_rows)
         return [futs[p] for p in sorted(futs)]
 
     def submit_pieces(self, rid: RoundId, params, batches: list[tuple[str, list]],

@@ -25,7 +25,7 @@ from .helpers import Helped, HelperPhase
 from .link import ScanTask
 from .membership import Membership, balance
 from .observe import RoundRecord
-from .plan import Outcome, RoundPlan, plan_round, settle
+from .plan import Outcome, RoundPlan, plan_round, settle, spread
 
 if TYPE_CHECKING:
     from .placement import Placement
@@ -102,7 +102,8 @@ class RoundLoop:
             await obs.round_begin(r, program.coefficients(state))
             params = program.params(state)
             plan = plan_round(policy, book.quotas, book.sizes, helpers=self.helpers is not None,
-                              full=program.full_round(state))
+                              full=program.full_round(state), expected_spread=spread(
+                                  book.quotas, book.rate, self.placement.owner))
             ran = await self.run_round(r, plan, params)
             outcomes = ran.helped.outcomes
             settled = settle(policy, book.cursor, book.sizes, outcomes, ran.helped.helper_rows,
@@ -138,7 +139,7 @@ class RoundLoop:
             try:
                 async with link.round_params(params, rid) as arg:
                     futs = link.submit_round(rid, plan.quorum, arg, self._tasks(plan),
-                                             self.fit.options.chunk_target)
+                                             self.fit.options.chunk_target, plan.unit)
                     got = await link.collect(futs, rid, self.book.cursor, quorum=plan.quorum,
                                              settle=self.fit.policy.stops)
                     helped = await self._help(rid, plan, arg, got.results,
@@ -163,7 +164,8 @@ class RoundLoop:
         """The round's own tasks, most stale partition first."""
         book, placement = self.book, self.placement
         return [ScanTask(p, placement.data(p), placement.owner[p], book.staleness[p],
-                         book.cursor[p], plan.quotas[p], book.chunk_rows[p])
+                         book.cursor[p], plan.quotas[p], book.chunk_rows[p],
+                         plan.grace[p] if plan.grace else 0)
                 for p in book.order()]
 
     async def _help(self, rid: RoundId, plan: RoundPlan, params,

@@ -25,38 +25,65 @@ class RoundPlan:
     Attributes
     ----------
     quorum : int
-        Partitions that must finish their quota to stop the others (0: nobody is stopped).
+        Partitions (or workers, see ``unit``) that must finish their quota to stop the
+        others (0: nobody is stopped).
     quotas : tuple of int
         Rows each partition's own task is asked to scan.
     full : bool
         The program asked for every row at these parameters.
     helped : bool
         What stopped partitions leave of their quotas is scanned by helpers in this round.
+    unit : {"partitions", "workers"}
+        What the quorum counts.
+    grace : tuple of int
+        Per partition, the rows a stopped task may have left and still finish.
     """
 
     quorum: int
     quotas: tuple[int, ...]
     full: bool
     helped: bool
+    unit: str = "partitions"
+    grace: tuple[int, ...] = ()
+
+
+def spread(quotas: Sequence[int], rates: Sequence[float | None],
+           owner: Sequence[str]) -> float | None:
+    """How much longer the busiest worker is expected to scan than the least busy one (a
+    ratio, from each partition's last measured rate); None while a rate is unknown."""
+    if any(r is None or r <= 0 for r in rates):
+        return None
+    busy: dict[str, float] = {}
+    for q, r, w in zip(quotas, rates, owner, strict=True):
+        busy[w] = busy.get(w, 0.0) + q / r
+    low = min(busy.values())
+    return max(busy.values()) / low if low > 0 else None
 
 
 def plan_round(policy: Policy, quotas: Sequence[int], sizes: Sequence[int], *, full: bool,
-               helpers: bool) -> RoundPlan:
+               helpers: bool, expected_spread: float | None = None) -> RoundPlan:
     """The plan of a round under ``policy``.
 
     ``quotas`` are the fit's per-partition quotas, ``sizes`` the partitions' rows; ``full``
     whether the program asks for every row this round; ``helpers`` whether copies for
-    helpers may be made at all (``daskabsp.replicas`` > 0). A full round is helped when the
-    policy is (stopped at the quorum, the helpers covering the rest), and run as BSP
-    otherwise: every partition scans all its rows, nobody stopped.
+    helpers may be made at all (``daskabsp.replicas`` > 0); ``expected_spread`` the
+    :func:`spread` of the workers' scans expected this round. A full round is helped when
+    the policy is (stopped at the quorum, the helpers covering the rest), and run as BSP
+    otherwise: every partition scans all its rows, nobody stopped. A round whose workers are
+    expected to finish within the policy's grace of each other is not stopped either: there
+    is no straggler to leave behind, and a stop would only cut rows short.
     """
     quorum = policy.round_quorum(len(sizes)) if policy.stops else 0
     full = full and quorum > 0  # with quorum 0 every round covers every quota anyway
-    if helpers and policy.helped:
-        return RoundPlan(quorum, tuple(quotas), full, True)
-    if full:
+    balanced = (policy.grace > 0 and expected_spread is not None
+                and expected_spread <= 1 + policy.grace)
+    helped = helpers and policy.helped
+    if full and (balanced or not helped):
         return RoundPlan(0, tuple(sizes), True, False)
-    return RoundPlan(quorum, tuple(quotas), False, False)
+    if not quorum or balanced:
+        return RoundPlan(0, tuple(quotas), False, False)
+    grace = tuple(int(policy.grace * q) for q in quotas)
+    return RoundPlan(quorum, tuple(quotas), full, helped, policy.quorum_unit, grace)
 
 
 @dataclass(frozen=True, slots=True)
