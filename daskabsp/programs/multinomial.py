@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import time
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.linalg.blas import dsyrk
 from scipy.special import logsumexp
 
-from .base import PartitionStats
 from .curvature import Curvature
-from .cycles import RoundStats
 from .linear import diagonal_sums
 from .newton import NewtonProgram, NewtonState
 
@@ -93,6 +92,7 @@ class MultinomialNewton(NewtonProgram):
 
     def accumulate(self, acc, params, X, y, sample_weight) -> None:
         tp = self.prepare(params)
+        t0 = time.perf_counter()
         theta, probe = tp.theta, tp.probe
         K = self.n_classes
         p = theta.shape[1] // K
@@ -142,7 +142,19 @@ class MultinomialNewton(NewtonProgram):
             dg[:, :d] += diagonal_sums(X, Dm).T
             if self.fit_intercept:
                 dg[:, d] += Dm.sum(axis=0)
+            acc[2] += time.perf_counter() - t0
             return
+        t1 = time.perf_counter()
+        acc[2] += t1 - t0
+        if tp.stride > 1:
+            # A sub-sampled Hessian: rows offset, offset + stride, ... weighted up to the chunk.
+            rows = slice(tp.offset, None, tp.stride)
+            X, P, s = X[rows], P[rows], s[rows]
+            if X.shape[0] == 0:
+                return
+            s = s * (n / X.shape[0])
+            sP = P * s[:, None]
+            n = X.shape[0]
         Xt = X.toarray() if sp.issparse(X) else X
         if self.fit_intercept:
             Xt = np.hstack([Xt, np.ones((n, 1))])
@@ -154,25 +166,7 @@ class MultinomialNewton(NewtonProgram):
         # H -= R^T R, in place and on one triangle only (half the work of the dominant
         # term); combine_round restores the symmetry.
         dsyrk(-1.0, R.T, beta=1.0, c=H.T, trans=0, lower=0, overwrite_c=1)
-
-    def _symmetrised(self, stats: np.ndarray | None, theta: np.ndarray) -> np.ndarray | None:
-        """Statistics with the Hessian's lower triangle mirrored (see ``accumulate``)."""
-        if stats is None or self.curvature(theta.shape[1]).kind != "full":
-            return stats
-        out = stats.copy()
-        ((_l, _s, _r, _g, hess),) = self.block_views(out, theta)
-        m = theta.shape[1]
-        H = hess.reshape(m, m)
-        upper = np.triu_indices(m, 1)
-        H[upper] = H.T[upper]
-        return out
-
-    def combine_round(self, parts: list[PartitionStats], params) -> RoundStats:
-        theta = params[0]
-        fixed = [replace(p, stats=self._symmetrised(p.stats, theta),
-                         stats_before_wrap=self._symmetrised(p.stats_before_wrap, theta))
-                 for p in parts]
-        return super().combine_round(fixed, params)
+        acc[3] += time.perf_counter() - t1
 
     def coefficients(self, state: NewtonState) -> np.ndarray:
         return state.theta[0].reshape(self.n_classes, -1)
