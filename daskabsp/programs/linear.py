@@ -138,6 +138,7 @@ class LinearNewton(NewtonProgram):
         n = X.shape[0]
         acc[0] += n
         acc[1] += n if sample_weight is None else sample_weight.sum()
+        curv0 = acc[3]
         if p.lbfgs:
             # per block: d1, then (with a probe) d2 times the probe's score
             R = np.empty((n, B if probe is None else 2 * B))
@@ -173,7 +174,8 @@ class LinearNewton(NewtonProgram):
             curvature.append((hess, d2))
         if p.lbfgs:
             self._lbfgs_stats(acc, theta, X, R, D2)
-            acc[2] += time.perf_counter() - t0
+            # the diagonal's seconds went to acc[3]
+            acc[2] += time.perf_counter() - t0 - acc[3] + curv0
             return
         t1 = time.perf_counter()
         for hess, d2 in curvature:
@@ -188,7 +190,9 @@ class LinearNewton(NewtonProgram):
         m = theta.shape[1]
         probe = R.shape[1] > B
         GV = np.asarray(X.T @ R)
+        t0 = time.perf_counter()
         Dg = diagonal_sums(X, D2)
+        acc[3] += time.perf_counter() - t0
         for b, (_l, _s, _r, grad, hess) in enumerate(self.block_views(acc, theta)):
             grad[:d] += GV[:, b]
             hess[:d] += Dg[:, b]

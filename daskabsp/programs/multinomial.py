@@ -136,16 +136,16 @@ class MultinomialNewton(NewtonProgram):
                 hv[:, d] += U.sum(axis=0)
         else:
             g[:, :d] += np.asarray(X.T @ G).T
+        t1 = time.perf_counter()
+        acc[2] += t1 - t0
         if tp.lbfgs:
             Dm = sP * (1.0 - P)
             dg = hess[:K * p].reshape(K, p)
             dg[:, :d] += diagonal_sums(X, Dm).T
             if self.fit_intercept:
                 dg[:, d] += Dm.sum(axis=0)
-            acc[2] += time.perf_counter() - t0
+            acc[3] += time.perf_counter() - t1
             return
-        t1 = time.perf_counter()
-        acc[2] += t1 - t0
         if tp.stride > 1:
             # A sub-sampled Hessian: rows offset, offset + stride, ... weighted up to the chunk.
             rows = slice(tp.offset, None, tp.stride)
