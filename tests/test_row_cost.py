@@ -204,3 +204,21 @@ def test_sampled_hessian_reaches_the_optimum_under_a_straggler(slowed, name, syn
     assert (ours - best) / abs(best) <= GAP, (ours, best)
     if sync == "absp-paper":
         assert bool(res.history.harvested.any())
+
+
+def test_sparse_diagonal_sums_share_the_chunks_indices():
+    """The Hessian diagonal of CSR chunks (squared stored values times the weights), on a
+    whole matrix and on the runtime's row views, is ``X.multiply(X).T @ D``."""
+    import scipy.sparse as sp
+
+    from daskabsp.programs.linear import diagonal_sums
+    from daskabsp.runtime import _rows
+
+    X = sp.random(1000, 300, density=0.05, format="csr", random_state=0)
+    D = np.random.default_rng(0).random((1000, 3))
+    np.testing.assert_allclose(diagonal_sums(X, D), X.multiply(X).T @ D, rtol=1e-12)
+    part = X[100:700]
+    np.testing.assert_allclose(diagonal_sums(_rows(X, 100, 700), D[100:700]),
+                               part.multiply(part).T @ D[100:700], rtol=1e-12)
+    assert X.data is not None and np.all(X.data == sp.random(
+        1000, 300, density=0.05, format="csr", random_state=0).data)  # X unchanged

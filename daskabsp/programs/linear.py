@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from copy import copy as shallow_copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +25,11 @@ def diagonal_sums(X, D: np.ndarray) -> np.ndarray:
     :data:`DIAGONAL_STRIDE`-th row, scaled to the chunk (unbiased).
     """
     if sp.issparse(X):
-        return np.asarray(X.multiply(X).T @ D)
+        # X with its stored values squared, sharing the index arrays: scipy's X.multiply(X)
+        # merges the two index lists row by row and cost 40% of a text chunk's work.
+        squares = shallow_copy(X)
+        squares.data = X.data * X.data
+        return np.asarray(squares.T @ D)
     Xs = X[::DIAGONAL_STRIDE]
     return (Xs * Xs).T @ D[::DIAGONAL_STRIDE] * (X.shape[0] / Xs.shape[0])
 
