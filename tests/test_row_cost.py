@@ -222,3 +222,30 @@ def test_sparse_diagonal_sums_share_the_chunks_indices():
                                part.multiply(part).T @ D[100:700], rtol=1e-12)
     assert X.data is not None and np.all(X.data == sp.random(
         1000, 300, density=0.05, format="csr", random_state=0).data)  # X unchanged
+
+
+@pytest.mark.parametrize("width", [None, 1.0, 1e-2, 3e-4])
+def test_softplus_losses_match_their_definitions(width):
+    """The logistic and smoothed-hinge losses and derivatives from one exp and one log1p a
+    row agree with ``logaddexp``/``expit``, also at scores that overflow ``exp``."""
+    from scipy.special import expit
+
+    from daskabsp.programs import glm_losses
+
+    rng = np.random.default_rng(5)
+    z = np.r_[rng.standard_normal(5000) * 5, [-800.0, 800.0, 0.0, -40.0, 40.0]]
+    y = (rng.random(z.size) < 0.5).astype(np.float64)
+    if width is None:
+        got = glm_losses.logistic(z, y)
+        p = expit(z)
+        # p (1 - p) as expit(z) expit(-z): without the cancellation of 1 - p near p = 1
+        want = (np.logaddexp(0.0, z) - y * z, p - y, p * expit(-z))
+    else:
+        got = glm_losses.softplus_hinge(z, y, width)
+        s = 2.0 * y - 1.0
+        u = (1.0 - s * z) / width
+        q = expit(u)
+        want = (width * np.logaddexp(0.0, u), -s * q, q * expit(-u) / width)
+    for g, w in zip(got, want, strict=True):
+        assert np.all(np.isfinite(g))
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-300)
