@@ -249,3 +249,52 @@ def test_softplus_losses_match_their_definitions(width):
     for g, w in zip(got, want, strict=True):
         assert np.all(np.isfinite(g))
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-300)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_multinomial_lbfgs_statistics_in_place(sparse):
+    """The L-BFGS statistics of a multinomial model (accumulated feature-major, in place for
+    CSR chunks) are, class-major: the gradient, the Hessian's diagonal (every row for CSR)
+    and the Hessian times the probe."""
+    import scipy.sparse as sps
+
+    from daskabsp.programs.linear import DIAGONAL_STRIDE
+    from daskabsp.runtime import _rows
+
+    rng = np.random.default_rng(6)
+    n, d, K = 800, 30, 4
+    X = sps.random(n, d, density=0.2, format="csr", random_state=1) if sparse \
+        else rng.standard_normal((n, d))
+    y = rng.integers(0, K, n).astype(np.float64)
+    prog = MultinomialNewton(n_classes=K, l2=1e-3, max_hessian=8)
+    theta = rng.standard_normal((1, K * (d + 1))) * 0.3
+    probe = rng.standard_normal((1, K * (d + 1))) * 0.1
+    params = (theta, 0.0, probe)
+    acc = prog.new_stats(params)
+    tp = prog.prepare(params)
+    for a in range(0, n, 160):  # chunks, as the runtime cuts them
+        prog.accumulate(acc, tp, _rows(X, a, a + 160), y[a:a + 160], None)
+    ((_l, _s, _r, g, h),) = prog.block_views(acc, theta)
+
+    Xa = np.hstack([X.toarray() if sparse else X, np.ones((n, 1))])
+    W, V = theta[0].reshape(K, -1), probe[0].reshape(K, -1)
+    Z = Xa @ W.T
+    P = np.exp(Z - Z.max(axis=1, keepdims=True))
+    P /= P.sum(axis=1, keepdims=True)
+    Y = np.eye(K)[y.astype(int)]
+    Zv = Xa @ V.T
+    U = P * (Zv - (P * Zv).sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(g, ((P - Y).T @ Xa).ravel(), rtol=1e-10, atol=1e-10)
+    m = K * (d + 1)
+    np.testing.assert_allclose(h[m:], (U.T @ Xa).ravel(), rtol=1e-10, atol=1e-10)
+    Dm = P * (1 - P)
+    if sparse:
+        diag = (Dm.T @ (Xa * Xa)).ravel()
+    else:  # dense chunks estimate it from every DIAGONAL_STRIDE-th row of each chunk
+        diag = np.zeros((K, d + 1))
+        for a in range(0, n, 160):
+            Xs, Ds = Xa[a:a + 160][::DIAGONAL_STRIDE], Dm[a:a + 160][::DIAGONAL_STRIDE]
+            diag[:, :d] += (Ds.T @ (Xs * Xs))[:, :d] * (160 / Xs.shape[0])
+            diag[:, d] += Dm[a:a + 160].sum(axis=0)
+        diag = diag.ravel()
+    np.testing.assert_allclose(h[:m], diag, rtol=1e-10, atol=1e-10)

@@ -11,8 +11,8 @@ from scipy.linalg.blas import dsyrk
 from scipy.special import logsumexp
 
 from .curvature import Curvature
-from .linear import diagonal_sums
-from .newton import NewtonProgram, NewtonState
+from .linear import add_transposed_product, diagonal_sums
+from .newton import _HEAD, NewtonProgram, NewtonState
 
 
 @dataclass
@@ -111,41 +111,55 @@ class MultinomialNewton(NewtonProgram):
         s = np.ones(n) if sample_weight is None else sample_weight
         acc[0] += n
         acc[1] += s.sum()
-        ((loss, sq, rep, grad, hess),) = self.block_views(acc, theta)
         wl = lv * s
-        loss[0] += wl.sum()
-        sq[0] += wl @ lv
-        rep[0] += wl.sum()
         G = P.copy()
         G[np.arange(n), yi] -= 1.0
         G *= s[:, None]
-        g = grad.reshape(K, p)
         d = X.shape[1]
         sP = P * s[:, None]
-        if self.fit_intercept:
-            g[:, d] += G.sum(axis=0)
-        if tp.lbfgs and probe is not None:
+        if tp.lbfgs:
             # Row i's Hessian times the probe, in score space: s_i (P_i * v_i - P_i (P_i . v_i)),
             # from the same product with X as the gradient.
-            U = sP * (V - (P * V).sum(axis=1, keepdims=True))
-            GU = np.asarray(X.T @ np.hstack([G, U]))
-            g[:, :d] += GU[:, :K].T
-            hv = hess[K * p:].reshape(K, p)
-            hv[:, :d] += GU[:, K:].T
+            U = None if probe is None else sP * (V - (P * V).sum(axis=1, keepdims=True))
+            head, Gf, Df, Vf = self._lbfgs_views(acc, p)
+            head[0] += wl.sum()
+            head[1] += wl @ lv
+            head[2] += wl.sum()
+            if sp.issparse(X):
+                add_transposed_product(Gf[:d], X, G)
+                if U is not None:
+                    add_transposed_product(Vf[:d], X, U)
+            elif U is None:
+                Gf[:d] += X.T @ G
+            else:
+                GU = X.T @ np.hstack([G, U])
+                Gf[:d] += GU[:, :K]
+                Vf[:d] += GU[:, K:]
             if self.fit_intercept:
-                hv[:, d] += U.sum(axis=0)
-        else:
-            g[:, :d] += np.asarray(X.T @ G).T
-        t1 = time.perf_counter()
-        acc[2] += t1 - t0
-        if tp.lbfgs:
+                Gf[d] += G.sum(axis=0)
+                if U is not None:
+                    Vf[d] += U.sum(axis=0)
+            t1 = time.perf_counter()
+            acc[2] += t1 - t0
             Dm = sP * (1.0 - P)
-            dg = hess[:K * p].reshape(K, p)
-            dg[:, :d] += diagonal_sums(X, Dm).T
+            if sp.issparse(X):
+                add_transposed_product(Df[:d], X, Dm, squared=True)
+            else:
+                Df[:d] += diagonal_sums(X, Dm)
             if self.fit_intercept:
-                dg[:, d] += Dm.sum(axis=0)
+                Df[d] += Dm.sum(axis=0)
             acc[3] += time.perf_counter() - t1
             return
+        ((loss, sq, rep, grad, hess),) = self.block_views(acc, theta)
+        loss[0] += wl.sum()
+        sq[0] += wl @ lv
+        rep[0] += wl.sum()
+        g = grad.reshape(K, p)
+        if self.fit_intercept:
+            g[:, d] += G.sum(axis=0)
+        g[:, :d] += np.asarray(X.T @ G).T
+        t1 = time.perf_counter()
+        acc[2] += t1 - t0
         if tp.stride > 1:
             # A sub-sampled Hessian: rows offset, offset + stride, ... weighted up to the chunk.
             rows = slice(tp.offset, None, tp.stride)
@@ -167,6 +181,27 @@ class MultinomialNewton(NewtonProgram):
         # term); combine_round restores the symmetry.
         dsyrk(-1.0, R.T, beta=1.0, c=H.T, trans=0, lower=0, overwrite_c=1)
         acc[3] += time.perf_counter() - t1
+
+    def _lbfgs_views(self, acc: np.ndarray, p: int):
+        """With L-BFGS curvature the statistics hold, after the block's three loss sums, the
+        gradient, the Hessian's diagonal and the Hessian-vector product as three
+        feature-major ``(p, K)`` arrays (a chunk's products with ``X`` are accumulated into
+        them in place); :meth:`block_views` gives them class-major, as the parameters."""
+        K = self.n_classes
+        o = _HEAD
+        m = K * p
+        return (acc[o:o + 3], acc[o + 3:o + 3 + m].reshape(p, K),
+                acc[o + 3 + m:o + 3 + 2 * m].reshape(p, K),
+                acc[o + 3 + 2 * m:o + 3 + 3 * m].reshape(p, K))
+
+    def block_views(self, acc: np.ndarray, theta: np.ndarray):
+        m = theta.shape[1]
+        if self.curvature(m).kind != "lbfgs":
+            return super().block_views(acc, theta)
+        head, Gf, Df, Vf = self._lbfgs_views(acc, m // self.n_classes)
+        # copies, class by class (the driver only reads them)
+        return [(head[0:1], head[1:2], head[2:3], Gf.T.ravel(),
+                 np.concatenate([Df.T.ravel(), Vf.T.ravel()]))]
 
     def coefficients(self, state: NewtonState) -> np.ndarray:
         return state.theta[0].reshape(self.n_classes, -1)
