@@ -100,23 +100,28 @@ class MultinomialNewton(NewtonProgram):
         Z = self.scores(tp, X)
         if probe is not None:
             Z, V = Z[:, :K], Z[:, K:]
+        rows = np.arange(n)
+        yi = y.astype(np.intp)
+        zy = Z[rows, yi]
         # logsumexp by hand: scipy's costs twice this in the hot loop
         zmax = Z.max(axis=1)
-        P = np.exp(Z - zmax[:, None])
+        P = Z - zmax[:, None]
+        np.exp(P, out=P)
         psum = P.sum(axis=1)
         P /= psum[:, None]
-        lse = zmax + np.log(psum)
-        yi = y.astype(np.intp)
-        lv = lse - Z[np.arange(n), yi]
-        s = np.ones(n) if sample_weight is None else sample_weight
+        lv = np.log(psum)
+        lv += zmax
+        lv -= zy
+        weighted = sample_weight is not None
         acc[0] += n
-        acc[1] += s.sum()
-        wl = lv * s
+        acc[1] += sample_weight.sum() if weighted else n
+        wl = lv * sample_weight if weighted else lv
         G = P.copy()
-        G[np.arange(n), yi] -= 1.0
-        G *= s[:, None]
+        G[rows, yi] -= 1.0
+        if weighted:
+            G *= sample_weight[:, None]
         d = X.shape[1]
-        sP = P * s[:, None]
+        sP = P * sample_weight[:, None] if weighted else P
         if tp.lbfgs:
             # Row i's Hessian times the probe, in score space: s_i (P_i * v_i - P_i (P_i . v_i)),
             # from the same product with X as the gradient.
@@ -160,6 +165,7 @@ class MultinomialNewton(NewtonProgram):
         g[:, :d] += np.asarray(X.T @ G).T
         t1 = time.perf_counter()
         acc[2] += t1 - t0
+        s = sample_weight if weighted else np.ones(n)
         if tp.stride > 1:
             # A sub-sampled Hessian: rows offset, offset + stride, ... weighted up to the chunk.
             rows = slice(tp.offset, None, tp.stride)
