@@ -213,6 +213,8 @@ class NewtonState:
     #: ``time.perf_counter()`` at the end of the last update (to measure a round's overhead).
     stride: int = 1
     clock: float | None = None
+    #: The stride each round so far used (1: the exact Hessian).
+    strides: tuple[int, ...] = ()
 
 
 @dataclass
@@ -609,6 +611,7 @@ class NewtonProgram(Program):
                 memory, exact = [()] * len(memory), False
         return replace(
             state, stride=self._next_stride(state, stats, cv), clock=time.perf_counter(),
+            strides=(*state.strides, state.stride),
             theta=new_theta, round=state.round + 1, ledger=ledger,
             radius=tuple(radius), pending=tuple(new_pending), anchors=anchors, width=width,
             converged=converged, model=tuple(models), full=full,
