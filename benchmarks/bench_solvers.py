@@ -553,6 +553,14 @@ def run_case(case: Case, client, spark: Spark | None, repeats: int, scan_repeats
             if name in parts:
                 parts[name].append(anatomy(est, sec))
     prof = profile_case(client, pieces, addrs, X, y, scan_repeats) if logistic else None
+    if logistic:
+        prog, _ = program_for(X, y)
+        if prog.curvature(prog.shape(X.shape[1])[1]).kind == "full":
+            with client.as_current():
+                fit = daskabsp.fit(prog, X, y.astype(np.float64), sync="bsp", max_iter=100,
+                                   tol=None)
+            notes.append(f"Hessian stride per round chosen by the cost model (a BSP fit of "
+                         f"the estimator's program): {list(fit.state.strides)}")
     extra = None
     if logistic and sp.issparse(X):
         # CSR, multinomial: the same rows with 8 classes (profile only)
