@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import time
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.linalg.blas import dsyrk
 from scipy.special import logsumexp
 
-from .base import PartitionStats
 from .curvature import Curvature
-from .cycles import RoundStats
-from .linear import diagonal_sums
-from .newton import NewtonProgram, NewtonState
+from .linear import add_transposed_product, diagonal_sums
+from .newton import _HEAD, NewtonProgram, NewtonState
 
 
 @dataclass
@@ -93,6 +92,7 @@ class MultinomialNewton(NewtonProgram):
 
     def accumulate(self, acc, params, X, y, sample_weight) -> None:
         tp = self.prepare(params)
+        t0 = time.perf_counter()
         theta, probe = tp.theta, tp.probe
         K = self.n_classes
         p = theta.shape[1] // K
@@ -100,49 +100,81 @@ class MultinomialNewton(NewtonProgram):
         Z = self.scores(tp, X)
         if probe is not None:
             Z, V = Z[:, :K], Z[:, K:]
+        rows = np.arange(n)
+        yi = y.astype(np.intp)
+        zy = Z[rows, yi]
         # logsumexp by hand: scipy's costs twice this in the hot loop
         zmax = Z.max(axis=1)
-        P = np.exp(Z - zmax[:, None])
+        P = Z - zmax[:, None]
+        np.exp(P, out=P)
         psum = P.sum(axis=1)
         P /= psum[:, None]
-        lse = zmax + np.log(psum)
-        yi = y.astype(np.intp)
-        lv = lse - Z[np.arange(n), yi]
-        s = np.ones(n) if sample_weight is None else sample_weight
+        lv = np.log(psum)
+        lv += zmax
+        lv -= zy
+        weighted = sample_weight is not None
         acc[0] += n
-        acc[1] += s.sum()
+        acc[1] += sample_weight.sum() if weighted else n
+        wl = lv * sample_weight if weighted else lv
+        G = P.copy()
+        G[rows, yi] -= 1.0
+        if weighted:
+            G *= sample_weight[:, None]
+        d = X.shape[1]
+        sP = P * sample_weight[:, None] if weighted else P
+        if tp.lbfgs:
+            # Row i's Hessian times the probe, in score space: s_i (P_i * v_i - P_i (P_i . v_i)),
+            # from the same product with X as the gradient.
+            U = None if probe is None else sP * (V - (P * V).sum(axis=1, keepdims=True))
+            head, Gf, Df, Vf = self._lbfgs_views(acc, p)
+            head[0] += wl.sum()
+            head[1] += wl @ lv
+            head[2] += wl.sum()
+            if sp.issparse(X):
+                add_transposed_product(Gf[:d], X, G)
+                if U is not None:
+                    add_transposed_product(Vf[:d], X, U)
+            elif U is None:
+                Gf[:d] += X.T @ G
+            else:
+                GU = X.T @ np.hstack([G, U])
+                Gf[:d] += GU[:, :K]
+                Vf[:d] += GU[:, K:]
+            if self.fit_intercept:
+                Gf[d] += G.sum(axis=0)
+                if U is not None:
+                    Vf[d] += U.sum(axis=0)
+            t1 = time.perf_counter()
+            acc[2] += t1 - t0
+            Dm = sP * (1.0 - P)
+            if sp.issparse(X):
+                add_transposed_product(Df[:d], X, Dm, squared=True)
+            else:
+                Df[:d] += diagonal_sums(X, Dm)
+            if self.fit_intercept:
+                Df[d] += Dm.sum(axis=0)
+            acc[3] += time.perf_counter() - t1
+            return
         ((loss, sq, rep, grad, hess),) = self.block_views(acc, theta)
-        wl = lv * s
         loss[0] += wl.sum()
         sq[0] += wl @ lv
         rep[0] += wl.sum()
-        G = P.copy()
-        G[np.arange(n), yi] -= 1.0
-        G *= s[:, None]
         g = grad.reshape(K, p)
-        d = X.shape[1]
-        sP = P * s[:, None]
         if self.fit_intercept:
             g[:, d] += G.sum(axis=0)
-        if tp.lbfgs and probe is not None:
-            # Row i's Hessian times the probe, in score space: s_i (P_i * v_i - P_i (P_i . v_i)),
-            # from the same product with X as the gradient.
-            U = sP * (V - (P * V).sum(axis=1, keepdims=True))
-            GU = np.asarray(X.T @ np.hstack([G, U]))
-            g[:, :d] += GU[:, :K].T
-            hv = hess[K * p:].reshape(K, p)
-            hv[:, :d] += GU[:, K:].T
-            if self.fit_intercept:
-                hv[:, d] += U.sum(axis=0)
-        else:
-            g[:, :d] += np.asarray(X.T @ G).T
-        if tp.lbfgs:
-            Dm = sP * (1.0 - P)
-            dg = hess[:K * p].reshape(K, p)
-            dg[:, :d] += diagonal_sums(X, Dm).T
-            if self.fit_intercept:
-                dg[:, d] += Dm.sum(axis=0)
-            return
+        g[:, :d] += np.asarray(X.T @ G).T
+        t1 = time.perf_counter()
+        acc[2] += t1 - t0
+        s = sample_weight if weighted else np.ones(n)
+        if tp.stride > 1:
+            # A sub-sampled Hessian: rows offset, offset + stride, ... weighted up to the chunk.
+            rows = slice(tp.offset, None, tp.stride)
+            X, P, s = X[rows], P[rows], s[rows]
+            if X.shape[0] == 0:
+                return
+            s = s * (n / X.shape[0])
+            sP = P * s[:, None]
+            n = X.shape[0]
         Xt = X.toarray() if sp.issparse(X) else X
         if self.fit_intercept:
             Xt = np.hstack([Xt, np.ones((n, 1))])
@@ -154,25 +186,28 @@ class MultinomialNewton(NewtonProgram):
         # H -= R^T R, in place and on one triangle only (half the work of the dominant
         # term); combine_round restores the symmetry.
         dsyrk(-1.0, R.T, beta=1.0, c=H.T, trans=0, lower=0, overwrite_c=1)
+        acc[3] += time.perf_counter() - t1
 
-    def _symmetrised(self, stats: np.ndarray | None, theta: np.ndarray) -> np.ndarray | None:
-        """Statistics with the Hessian's lower triangle mirrored (see ``accumulate``)."""
-        if stats is None or self.curvature(theta.shape[1]).kind != "full":
-            return stats
-        out = stats.copy()
-        ((_l, _s, _r, _g, hess),) = self.block_views(out, theta)
+    def _lbfgs_views(self, acc: np.ndarray, p: int):
+        """With L-BFGS curvature the statistics hold, after the block's three loss sums, the
+        gradient, the Hessian's diagonal and the Hessian-vector product as three
+        feature-major ``(p, K)`` arrays (a chunk's products with ``X`` are accumulated into
+        them in place); :meth:`block_views` gives them class-major, as the parameters."""
+        K = self.n_classes
+        o = _HEAD
+        m = K * p
+        return (acc[o:o + 3], acc[o + 3:o + 3 + m].reshape(p, K),
+                acc[o + 3 + m:o + 3 + 2 * m].reshape(p, K),
+                acc[o + 3 + 2 * m:o + 3 + 3 * m].reshape(p, K))
+
+    def block_views(self, acc: np.ndarray, theta: np.ndarray):
         m = theta.shape[1]
-        H = hess.reshape(m, m)
-        upper = np.triu_indices(m, 1)
-        H[upper] = H.T[upper]
-        return out
-
-    def combine_round(self, parts: list[PartitionStats], params) -> RoundStats:
-        theta = params[0]
-        fixed = [replace(p, stats=self._symmetrised(p.stats, theta),
-                         stats_before_wrap=self._symmetrised(p.stats_before_wrap, theta))
-                 for p in parts]
-        return super().combine_round(fixed, params)
+        if self.curvature(m).kind != "lbfgs":
+            return super().block_views(acc, theta)
+        head, Gf, Df, Vf = self._lbfgs_views(acc, m // self.n_classes)
+        # copies, class by class (the driver only reads them)
+        return [(head[0:1], head[1:2], head[2:3], Gf.T.ravel(),
+                 np.concatenate([Df.T.ravel(), Vf.T.ravel()]))]
 
     def coefficients(self, state: NewtonState) -> np.ndarray:
         return state.theta[0].reshape(self.n_classes, -1)

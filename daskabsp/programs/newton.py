@@ -30,6 +30,7 @@ parameters. The point that passed the test is the result.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, NamedTuple
 
@@ -40,8 +41,10 @@ from .curvature import Curvature, add_pair
 from .cycles import CycleLedger, RoundStats
 from .trust_region import TrustRegion, one_blas_thread, trust_step
 
-#: Header of the statistics: row count, weight sum.
-_HEAD = 2
+#: Header of the statistics: row count, weight sum, and the seconds a task's chunks spent on
+#: the model's value and gradient and on its curvature (the cost model's measurements:
+#: additive over chunks and partitions like the rest).
+_HEAD = 4
 #: Per block before the gradient: loss sum, weighted sum of squared losses, reported loss sum.
 _BLOCK_HEAD = 3
 #: The Newton decrement test is ``d^2 / 2 <= _DECREMENT * tol``: tighter than scikit-learn's
@@ -60,9 +63,66 @@ HESSIAN_WORK = 4e9
 MAX_HESSIAN = 1024
 #: Blocks this small always get the full Hessian.
 MIN_HESSIAN = 64
+#: A Hessian estimated from ``n_H`` rows has a relative error of about ``sqrt(m / n_H)`` for
+#: ``m`` parameters (Roosta-Khorasani and Mahoney, Math. Program. 2019): a sample of at least
+#: this many rows per parameter keeps it near 0.1, where sub-sampled Newton still contracts
+#: by about that factor a round (Byrd, Chin, Nocedal and Wu, SIAM J. Optim. 2011).
+HESSIAN_ROWS_PER_PARAMETER = 100
+#: Largest stride of the Hessian's rows (one row in this many).
+MAX_STRIDE = 64
+#: Round overhead assumed before one has been measured (Dask's per-round cost on 2 cores,
+#: docs/engine.md: 20-40 ms).
+ROUND_OVERHEAD = 0.03
+#: Rounds a fit is expected to take with exact Newton steps, and the rounds a sub-sampled
+#: Hessian adds (its contraction is linear, not quadratic; measured on 1M x 50 logistic, BSP:
+#: 5 exact rounds, 5-6 with one row in 16; see :func:`choose_stride`).
+NEWTON_ROUNDS = 5
+SAMPLED_EXTRA_ROUNDS = 1
 #: Largest spread (in the model's norm) of the points a pass model's pieces were computed at
 #: for the pass model to be used while the round model still makes progress.
 _NEAR = 0.2
+
+
+def choose_stride(*, n_rows: int, m: int, grad_seconds: float, curv_seconds: float,
+                  stride: int, overhead: float, rounds_left: float) -> int:
+    """The stride of the Hessian's rows (1: the exact Hessian) that minimises the predicted
+    time of the rest of a fit.
+
+    The cost model is measured, not assumed: ``grad_seconds`` and ``curv_seconds`` are what the
+    slowest task of the last round spent on the value and gradient and on the curvature at
+    ``stride``, and ``overhead`` what the round cost beyond that task's compute. A round at
+    stride ``k`` is predicted to take ``overhead + grad_seconds + curv_seconds * stride / k``.
+    ``rounds_left`` rounds at stride 1 are compared with ``rounds_left + SAMPLED_EXTRA_ROUNDS``
+    rounds at a larger stride, the largest whose sample still holds
+    :data:`HESSIAN_ROWS_PER_PARAMETER` rows per parameter. So the exact Hessian is kept where
+    it costs little next to a gradient pass (few features), where a round's overhead
+    dominates, where the data are too few for a sample, and near the end of a fit.
+
+    Parameters
+    ----------
+    n_rows : int
+        Rows of the data.
+    m : int
+        Parameters per block.
+    grad_seconds, curv_seconds : float
+        Measured seconds of the slowest task's value-and-gradient and curvature work.
+    stride : int
+        Stride the measurement was taken at.
+    overhead : float
+        Measured seconds of a round beyond its slowest task's compute.
+    rounds_left : float
+        Rounds the fit is expected to need with exact Newton steps.
+    """
+    top = min(MAX_STRIDE, n_rows // max(HESSIAN_ROWS_PER_PARAMETER * m, 1))
+    if top < 2 or rounds_left <= 0:
+        return 1
+    full_curv = curv_seconds * stride
+
+    def predicted(k: int) -> float:
+        extra = 0 if k == 1 else SAMPLED_EXTRA_ROUNDS
+        return (rounds_left + extra) * (overhead + grad_seconds + full_curv / k)
+
+    return min([1, *range(2, top + 1)], key=predicted)
 
 
 def hessian_limit(n_rows: int) -> int:
@@ -98,6 +158,10 @@ class TaskParams(NamedTuple):
     coef_t: np.ndarray
     #: Intercept of each score (None without an intercept).
     intercept: np.ndarray | None
+    #: Full Hessian only: the Hessian is estimated from rows ``offset, offset + stride, ...``
+    #: of each chunk (stride 1: every row).
+    stride: int = 1
+    offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -145,6 +209,12 @@ class NewtonState:
     probe: np.ndarray | None = None
     secant: tuple[np.ndarray, np.ndarray] | None = None
     memory: tuple[tuple[tuple[np.ndarray, np.ndarray], ...], ...] = ()
+    #: Full Hessian only: the stride of the rows it is estimated from this round, and
+    #: ``time.perf_counter()`` at the end of the last update (to measure a round's overhead).
+    stride: int = 1
+    clock: float | None = None
+    #: The stride each round so far used (1: the exact Hessian).
+    strides: tuple[int, ...] = ()
 
 
 @dataclass
@@ -181,6 +251,10 @@ class NewtonProgram(Program):
         it the partitions compute the Hessian's diagonal and one Hessian-vector product, and
         the driver takes L-BFGS steps (see :mod:`~daskabsp.programs.curvature`).
         :func:`hessian_limit` gives the limit that pays on a given number of rows.
+    hessian_stride : int or None, default=None
+        With a full Hessian: estimate it from one row in ``hessian_stride`` of each chunk
+        (1: the exact Hessian; the value and gradient always use every row). None: chosen
+        each round by the measured cost model of :func:`choose_stride`.
     """
 
     name: ClassVar[str] = "newton"
@@ -208,6 +282,7 @@ class NewtonProgram(Program):
     fit_intercept: bool = True
     tol: float = 1e-4
     max_hessian: int = MAX_HESSIAN
+    hessian_stride: int | None = None
 
     # -- what subclasses define -------------------------------------------------------------
 
@@ -261,14 +336,17 @@ class NewtonProgram(Program):
         B, m = self.shape(n_features)
         width = self.start_width if self.smoothed else 0.0
         lbfgs = self.curvature(m).kind == "lbfgs"
-        return NewtonState(theta=np.zeros((B, m)), n_rows=n_rows, width=width,
+        stride = max(1, int(self.hessian_stride or 1)) if not lbfgs else 1
+        return NewtonState(theta=np.zeros((B, m)), n_rows=n_rows, width=width, stride=stride,
                            full=not lbfgs and n_rows < ROWS_PER_PARAMETER * m,
                            memory=((),) * B if lbfgs else ())
 
-    def params(self, state: NewtonState) -> tuple[np.ndarray, float, np.ndarray | None]:
-        """The parameters, the smoothing width, and (L-BFGS) the step to multiply by the
-        Hessian."""
-        return state.theta, state.width, state.probe
+    def params(self, state: NewtonState):
+        """The parameters, the smoothing width, (L-BFGS) the step to multiply by the
+        Hessian, and (full Hessian) the stride and offset of the rows it is estimated from."""
+        if state.stride == 1:
+            return state.theta, state.width, state.probe
+        return state.theta, state.width, state.probe, state.stride, state.round % state.stride
 
     def score_coefficients(self, theta: np.ndarray) -> np.ndarray:
         """The rows of coefficients (intercept last) whose products with a row are its
@@ -278,14 +356,16 @@ class NewtonProgram(Program):
     def prepare(self, params) -> TaskParams:
         if isinstance(params, TaskParams):
             return params
-        theta, width, probe = params
+        theta, width, probe, *sampling = params
+        stride, offset = sampling if sampling else (1, 0)
         coefs = self.score_coefficients(theta)
         if probe is not None:
             coefs = np.vstack([coefs, self.score_coefficients(probe)])
         d = coefs.shape[1] - int(self.fit_intercept)
         lbfgs = self.curvature(theta.shape[1]).kind == "lbfgs"
         return TaskParams(theta, width, lbfgs, probe, np.ascontiguousarray(coefs[:, :d].T),
-                          coefs[:, d].copy() if self.fit_intercept else None)
+                          coefs[:, d].copy() if self.fit_intercept else None, int(stride),
+                          int(offset))
 
     @staticmethod
     def scores(p: TaskParams, X) -> np.ndarray:
@@ -300,8 +380,25 @@ class NewtonProgram(Program):
         B, _m, _cv, L = self._dims(theta)
         return np.zeros(_HEAD + B * L)
 
+    def _symmetrised(self, stats: np.ndarray | None, theta: np.ndarray) -> np.ndarray | None:
+        """Statistics with each full Hessian's lower triangle mirrored (dense chunks
+        accumulate one triangle with ``dsyrk``)."""
+        if stats is None or self.curvature(theta.shape[1]).kind != "full":
+            return stats
+        out = stats.copy()
+        m = theta.shape[1]
+        upper = np.triu_indices(m, 1)
+        for _l, _s, _r, _g, hess in self.block_views(out, theta):
+            H = hess.reshape(m, m)
+            H[upper] = H.T[upper]
+        return out
+
     def combine_round(self, parts: list[PartitionStats], params) -> RoundStats:
-        return RoundStats.of(parts, self.new_stats(params))
+        theta = params[0]
+        fixed = [replace(p, stats=self._symmetrised(p.stats, theta),
+                         stats_before_wrap=self._symmetrised(p.stats_before_wrap, theta))
+                 for p in parts]
+        return RoundStats.of(fixed, self.new_stats(params))
 
     def coefficients(self, state: NewtonState) -> np.ndarray:
         return state.theta
@@ -416,6 +513,23 @@ class NewtonProgram(Program):
         rs.cache[key] = (out, ledger)
         return out
 
+    def _next_stride(self, state: NewtonState, stats: RoundStats, cv: Curvature) -> int:
+        """The stride of the Hessian's rows next round (see :func:`choose_stride`)."""
+        if cv.kind != "full":
+            return 1
+        if self.hessian_stride is not None:
+            return max(1, int(self.hessian_stride))
+        timed = [p.stats[2:4] for p in stats.parts if p.rows > 0]
+        if not timed:
+            return state.stride
+        grad, curv = max(timed, key=lambda t: t[0] + t[1])
+        overhead = ROUND_OVERHEAD
+        if state.clock is not None:
+            overhead = max(time.perf_counter() - state.clock - grad - curv, 0.0)
+        return choose_stride(n_rows=state.n_rows, m=cv.m, grad_seconds=float(grad),
+                             curv_seconds=float(curv), stride=state.stride, overhead=overhead,
+                             rounds_left=NEWTON_ROUNDS - state.round - 1)
+
     def initial_radius(self, f: float) -> float:
         """Trust radius before the first step: the full step may not promise a decrease
         larger than the objective itself (losses are non-negative)."""
@@ -509,7 +623,9 @@ class NewtonProgram(Program):
                 new_theta = theta.copy()  # the step was for the old width; nothing checks it
                 memory, exact = [()] * len(memory), False
         return replace(
-            state, theta=new_theta, round=state.round + 1, ledger=ledger,
+            state, stride=self._next_stride(state, stats, cv), clock=time.perf_counter(),
+            strides=(*state.strides, state.stride),
+            theta=new_theta, round=state.round + 1, ledger=ledger,
             radius=tuple(radius), pending=tuple(new_pending), anchors=anchors, width=width,
             converged=converged, model=tuple(models), full=full,
             probe=new_theta - theta if memory and not exact else None,
