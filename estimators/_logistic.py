@@ -153,7 +153,8 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
         """
         validate_params(self, self._parameter_constraints)
         data = validate_fit(self, X, y, sample_weight=sample_weight)
-        t = encode_targets(self, data, self.class_weight)
+        with self._client().as_current():  # a lazy target is computed where the fit runs
+            t = encode_targets(self, data, self.class_weight)
         K, d = len(t.classes), data.X.shape[1]
         l2 = 1.0 / (self.C * t.weight_sum)
         if K == 2:
