@@ -213,7 +213,7 @@ class KMeans(TransformerMixin, ClusterMixin, EngineMixin, BaseEstimator):
     n_iter_ : int
         Lloyd rounds run.
     n_features_in_ : int
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
     history_ : xarray.Dataset
         The engine's record of the Lloyd rounds.
     """

@@ -132,7 +132,7 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
         Rounds run.
     n_features_in_ : int
         Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Feature names (pandas or dask DataFrame columns, or the feature coordinate of a
         DataArray), when they are all strings.
     history_ : xarray.Dataset

@@ -89,7 +89,7 @@ default="auto"
         Rounds run.
     n_features_in_ : int
         Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Feature names, when the input has string feature names.
     history_ : xarray.Dataset
         The engine's record of the fit.
