@@ -24,7 +24,7 @@ ROOT = HERE.parent
 
 project = "daskabsp"
 author = "The daskabsp developers"
-copyright = "2026, The daskabsp developers"  # noqa: A001
+copyright = "2026, The daskabsp developers"
 version = release = daskabsp.__version__
 
 extensions = [
