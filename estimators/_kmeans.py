@@ -10,6 +10,7 @@ import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+from sklearn.cluster import KMeans as SkKMeans
 from sklearn.utils import check_array, check_random_state
 from sklearn.utils.validation import check_is_fitted
 
@@ -217,6 +218,9 @@ class KMeans(TransformerMixin, ClusterMixin, EngineMixin, BaseEstimator):
     history_ : xarray.Dataset
         The engine's record of the Lloyd rounds.
     """
+
+    #: scikit-learn's estimator this one mirrors (its parameters, defaults and constraints).
+    _counterpart = SkKMeans
 
     _parameter_constraints: dict = {
         "n_clusters": [Interval(Integral, 1, None, closed="left")],

@@ -8,6 +8,7 @@ import numpy as np
 import sklearn
 from scipy.special import expit, log_softmax
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.linear_model import LogisticRegression as SkLogisticRegression
 from sklearn.utils.validation import check_is_fitted
 
 from daskabsp.programs import LinearNewton, MultinomialNewton, hessian_limit
@@ -151,6 +152,9 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
     >>> clf.score(X, y)  # doctest: +SKIP
     0.95...
     """
+
+    #: scikit-learn's estimator this one mirrors (its parameters, defaults and constraints).
+    _counterpart = SkLogisticRegression
 
     _parameter_constraints: dict = {
         "penalty": [StrOptions({"l2"}), None, Hidden(StrOptions({"deprecated"}))],

@@ -6,6 +6,7 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.linear_model import Ridge as SkRidge
 
 from daskabsp.programs import LinearNewton, hessian_limit
 
@@ -19,6 +20,7 @@ from ._validation import (
     FALSE_ONLY,
     Interval,
     StrOptions,
+    reject,
     validate_params,
 )
 
@@ -99,8 +101,11 @@ default="auto"
     sklearn.linear_model.Ridge : The in-process estimator this one mirrors.
     """
 
+    #: scikit-learn's estimator this one mirrors (its parameters, defaults and constraints).
+    _counterpart = SkRidge
+
     _parameter_constraints: dict = {
-        "alpha": [Interval(Real, 0, None, closed="left")],
+        "alpha": [Interval(Real, 0, None, closed="left"), "array-like"],
         "fit_intercept": BOOLEAN,
         "copy_X": BOOLEAN,
         "max_iter": [Interval(Integral, 1, None, closed="left"), None],
@@ -139,6 +144,13 @@ default="auto"
         self.quota = quota
         self.chunk_target = chunk_target
         self.verbose = verbose
+
+    def _check_param_combinations(self) -> None:
+        """An array of alphas (one per target) passes scikit-learn's constraints; daskabsp's
+        Ridge fits one target (called by ``validate_params`` after the constraints)."""
+        if not isinstance(self.alpha, Real):
+            raise reject(self, "alpha", "a float in the range [0.0, inf)",
+                         self._rejected["alpha"])
 
     def _callback_max_rounds(self) -> int:
         return 100 if self.max_iter is None else int(self.max_iter)

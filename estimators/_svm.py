@@ -5,6 +5,7 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.svm import LinearSVC as SkLinearSVC
 
 from daskabsp.programs import LinearNewton, hessian_limit
 
@@ -98,6 +99,9 @@ class LinearSVC(LinearClassifierPredictMixin, ClassifierMixin, EngineMixin, Base
     history_ : xarray.Dataset
         The engine's record of the fit.
     """
+
+    #: scikit-learn's estimator this one mirrors (its parameters, defaults and constraints).
+    _counterpart = SkLinearSVC
 
     _parameter_constraints: dict = {
         "penalty": [StrOptions({"l2"})],

@@ -70,24 +70,35 @@ def validate_params(estimator, constraints: Mapping[str, list]) -> None:
     """Raise scikit-learn's ``InvalidParameterError`` for the first parameter of
     ``estimator`` (in the order of ``constraints``) that satisfies none of its constraints.
 
-    The message is scikit-learn's; when the estimator's ``_rejected`` names the parameter,
-    the reason follows it. Then the estimator's ``_check_param_combinations()``, if it has
-    one, checks what the constraints of single parameters cannot say.
+    The message is scikit-learn's. When scikit-learn's own estimator (the class attribute
+    ``_counterpart``) accepts the value and the estimator's ``_rejected`` names the
+    parameter, the reason daskabsp does not follows the message. Then the estimator's
+    ``_check_param_combinations()``, if it has one, checks what the constraints of single
+    parameters cannot say.
     """
     params = estimator.get_params(deep=False)
     reasons = getattr(estimator, "_rejected", {})
+    theirs = getattr(getattr(estimator, "_counterpart", None), "_parameter_constraints", {})
     name_of = type(estimator).__name__
     for name, options in constraints.items():
         try:
             validate_parameter_constraints({name: options}, {name: params[name]},
                                            caller_name=name_of)
         except InvalidParameterError as error:
-            if name in reasons:
+            if name in reasons and name in theirs and _accepts(theirs[name], params[name]):
                 raise InvalidParameterError(f"{error} {reasons[name]}") from None
             raise
     combinations = getattr(estimator, "_check_param_combinations", None)
     if combinations is not None:
         combinations()
+
+
+def _accepts(constraints: list, value) -> bool:
+    try:
+        validate_parameter_constraints({"p": constraints}, {"p": value}, caller_name="")
+    except InvalidParameterError:
+        return False
+    return True
 
 
 def reject(estimator, name: str, must_be: str, why: str) -> InvalidParameterError:

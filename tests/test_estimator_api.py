@@ -132,7 +132,7 @@ def test_feature_names_are_checked_at_predict(client, clf_data):
      "one-vs-rest, another objective than the one daskabsp minimises; the other solvers are "
      "accepted and ignored (the engine chooses Newton or L-BFGS steps)."),
     (Ridge(alpha=-0.5), "The 'alpha' parameter of Ridge must be a float in the range "
-                        "[0.0, inf). Got -0.5 instead."),
+                        "[0.0, inf) or an array-like. Got -0.5 instead."),
     (KMeans(n_clusters=0), "The 'n_clusters' parameter of KMeans must be an int in the "
                            "range [1, inf). Got 0 instead."),
     (LogisticRegression(quota=1.5), "The 'quota' parameter of LogisticRegression must be "

@@ -33,6 +33,7 @@ ids = [ours.__name__ for ours, _ in PAIRS]
 
 @pytest.mark.parametrize(("Ours", "Theirs"), PAIRS, ids=ids)
 def test_every_sklearn_parameter_with_its_default(Ours, Theirs):
+    assert Ours._counterpart is Theirs
     theirs = Theirs().get_params()
     # instantiated with every one of scikit-learn's parameters at scikit-learn's default
     ours = Ours(**theirs).get_params()
@@ -70,7 +71,17 @@ REJECTED = [
     (Ridge(alpha=np.array([1.0, 2.0])), "alpha", "one target"),
     (LinearSVC(penalty="l1"), "penalty", "twice-differentiable"),
     (LinearSVC(multi_class="crammer_singer"), "multi_class", "not implemented"),
+    (LogisticRegression(max_iter=0), "max_iter", "at least one round"),
 ]
+
+
+@pytest.mark.parametrize("est", [LogisticRegression(penalty="x"), LogisticRegression(C=-1),
+                                 Ridge(alpha=-0.5), LinearSVC(multi_class="x")],
+                         ids=["penalty", "C", "alpha", "multi_class"])
+def test_values_sklearn_rejects_too_get_sklearns_message_alone(est):
+    X, y = make_classification(60, 3, n_informative=2, n_redundant=0, random_state=0)
+    with pytest.raises(InvalidParameterError, match=r" instead\.$"):
+        est.fit(X, y)
 
 
 @pytest.mark.parametrize(("est", "name", "why"), REJECTED,
