@@ -57,7 +57,7 @@ def source_line(doc: dict, name: str) -> str:
     load_avg = env.get("load_average") or [float("nan")]
     return (f"*From `benchmarks/results/{name}.json`: `{doc.get('benchmark', name)}` run at "
             f"commit `{env.get('commit', '?')}` on {env.get('time', '?')[:10]}, "
-            f"{env.get('cpu_count', '?')} cores, load average {load_avg[0]:.1f} at the start.*")
+            f"{env.get('cpu_count', '?')} cores, load average {load_avg[0]:.1f} when it ended.*")
 
 
 def not_measured(name: str, script: str) -> str:
@@ -301,8 +301,9 @@ def block_targets() -> str:
     lines = [f"{met} targets met, {missed} missed, {len(rows) - met - missed} not measured. "
              "Each row reads `benchmarks/results/<benchmark>.json`; the commit and load "
              "average of each run are in the tables below and in the file.", "",
-             "| benchmark | target | measured | |", "|---|---|---|---|"]
-    lines += [f"| `{b}` | {t} | {m} | {verdict(ok)} |" for b, t, m, ok in rows]
+             "| benchmark | target | measured | verdict |", "|---|---|---|---|"]
+    lines += [f"| `{b}` | {t} | {'—' if m == 'not measured' else m} | {verdict(ok)} |"
+              for b, t, m, ok in rows]
     return "\n".join(lines)
 
 
