@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import shutil
-import sys
 from pathlib import Path
 
 import daskabsp
@@ -159,6 +158,5 @@ def copy_notebooks() -> None:
             shutil.copyfile(nb, dest)
 
 
-sys.path.insert(0, str(HERE))
 write_api_lists()
 copy_notebooks()
