@@ -190,12 +190,14 @@ def block_solvers_summary() -> str:
     if doc is None:
         return not_measured("bench_solvers", "bench_solvers.py")
     ratios = solver_ratios(doc)
-    dense = [1 / r for c, r in ratios.items() if c.startswith("dense")]
-    sparse = [r for c, r in ratios.items() if c.startswith("sparse")]
-    return (f"{source_line(doc, 'bench_solvers')}\n\nAgainst scikit-learn in one process "
-            f"(both cores): on the dense cases scikit-learn was {span(dense)} faster than "
-            f"daskabsp's A-BSP; on the sparse text-like cases daskabsp was {span(sparse)} "
-            "faster. [Benchmarks](../benchmarks.md#solvers-at-the-sizes-users-bring) has the "
+    kind = {res["case"]: "sparse" if res["nnz"] < 0.5 * res["shape"][0] * res["shape"][1]
+            else "dense" for res in doc["results"]}
+    parts = [f"{case} ({kind[case]}, {res['shape'][0]} x {res['shape'][1]}) {fmt(ratios[case])}x"
+             for case, res in ((r["case"], r) for r in doc["results"])]
+    return (f"{source_line(doc, 'bench_solvers')}\n\nscikit-learn's time in one process (both "
+            "cores) over daskabsp A-BSP's on the same machine, whole `fit()` from in-memory "
+            "data, placement included (above 1: daskabsp was faster): " + "; ".join(parts)
+            + ". [Benchmarks](../benchmarks.md#solvers-at-the-sizes-users-bring) has the "
             "table.")
 
 
