@@ -197,8 +197,7 @@ def block_solvers_summary() -> str:
     return (f"{source_line(doc, 'bench_solvers')}\n\nscikit-learn's time in one process (both "
             "cores) over daskabsp A-BSP's on the same machine, whole `fit()` from in-memory "
             "data, placement included (above 1: daskabsp was faster): " + "; ".join(parts)
-            + ". [Benchmarks](../benchmarks.md#solvers-at-the-sizes-users-bring) has the "
-            "table.")
+            + ".")
 
 
 # -- the targets of benchmarks/README.md ------------------------------------------------------
