@@ -32,15 +32,48 @@ dask.config.update_defaults({"distributed": {"scheduler": {"preload": [DASHBOARD
 
 
 def get(key: str):
-    """Return the ``daskabsp.<key>`` configuration value."""
+    """Return the ``daskabsp.<key>`` configuration value.
+
+    Parameters
+    ----------
+    key : str
+        The setting's name without the ``daskabsp.`` prefix, e.g. ``"chunk-target"``.
+
+    Returns
+    -------
+    object
+        The value as configured (a string such as ``"2ms"`` for durations and sizes).
+    """
     return dask.config.get(f"daskabsp.{key}")
 
 
 def seconds(key: str) -> float:
-    """Return a duration configuration value in seconds."""
+    """Return a duration configuration value in seconds.
+
+    Parameters
+    ----------
+    key : str
+        The setting's name without the ``daskabsp.`` prefix, e.g. ``"chunk-target"``.
+
+    Returns
+    -------
+    float
+        The duration in seconds (a bare number is taken as seconds).
+    """
     return dask.utils.parse_timedelta(get(key), default="s")
 
 
 def nbytes(key: str) -> int:
-    """Return a size configuration value in bytes."""
+    """Return a size configuration value in bytes.
+
+    Parameters
+    ----------
+    key : str
+        The setting's name without the ``daskabsp.`` prefix, e.g. ``"inline-params"``.
+
+    Returns
+    -------
+    int
+        The size in bytes.
+    """
     return dask.utils.parse_bytes(get(key))

@@ -9,6 +9,7 @@ import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+from sklearn.cluster import KMeans as SkKMeans
 from sklearn.utils import check_array, check_random_state
 from sklearn.utils.validation import check_is_fitted
 
@@ -20,18 +21,17 @@ from ._engine import EngineMixin
 from ._inputs import map_rows, validate_fit, validate_predict
 from ._kmeans_init import BlockDraws, kmeans_parallel, random_rows
 from ._validation import (
-    ARRAY_LIKE,
+    BOOLEAN,
     ENGINE_CONSTRAINTS,
-    NONE,
-    RANDOM_STATE,
     Interval,
-    Options,
+    StrOptions,
     check_sample_weight,
     validate_params,
 )
 
-#: Local k-means++ restarts over the k-means|| candidates for ``n_init="auto"``.
-AUTO_N_INIT = 10
+#: Initialisations tried for ``n_init="auto"``, as in scikit-learn: 1 for k-means++, 10 for
+#: ``"random"`` and a callable.
+AUTO_N_INIT = {"k-means++": 1, "random": 10, "callable": 10}
 #: k-means|| sampling rounds for ``init_max_iter=None``.
 DEFAULT_INIT_ROUNDS = 5
 
@@ -130,8 +130,11 @@ class KMeans(TransformerMixin, ClusterMixin, EngineMixin, BaseEstimator):
     pass over all rows with the final centers.
 
     ``init="k-means++"`` runs the scalable k-means|| over the partitions (a few passes with
-    Dask, waiting for every partition), then k-means++ on the weighted candidates locally;
-    ``n_init`` is the number of those local restarts (the Lloyd iterations run once).
+    Dask, waiting for every partition), then k-means++ on the weighted candidates locally.
+    ``n_init`` counts initialisations, of which the best is kept (scikit-learn runs Lloyd
+    from each and keeps the best result; here Lloyd runs once, from the best start, since
+    every Lloyd run costs rounds on the cluster). ``"auto"`` means what it means in
+    scikit-learn: 1 for ``"k-means++"``, 10 for ``"random"`` or a callable.
 
     ``sample_weight`` counts as repetition: a row of weight 2 gives the fit of the same row
     twice (up to rounding, under ``sync="bsp"``). The initialisation draws distinct rows, and
@@ -144,34 +147,51 @@ class KMeans(TransformerMixin, ClusterMixin, EngineMixin, BaseEstimator):
     ----------
     n_clusters : int, default=8
         Number of clusters.
-    init : {"k-means++", "random"} or array-like of shape (n_clusters, n_features), \
-default="k-means++"
+    init : {"k-means++", "random"}, callable or array-like of shape \
+(n_clusters, n_features), default="k-means++"
         Initial centers: k-means|| (scalable k-means++), distinct rows drawn at random
-        with probabilities proportional to their weights, or the given centers.
+        with probabilities proportional to their weights, ``init(X, n_clusters,
+        random_state=rng)`` as in scikit-learn (``X`` as given to ``fit``; a dask
+        array for dask input), or the given centers.
     n_init : "auto" or int, default="auto"
-        Local k-means++ restarts over the k-means|| candidates ("auto": 10); with
-        ``init="random"``, draws of which the one with the lowest inertia over the data is
-        kept (one pass each, "auto": 1).
+        Initialisations tried, the best kept: local k-means++ restarts over the k-means||
+        candidates; random draws or calls of ``init`` of which the one with the lowest
+        inertia over the data is kept (one pass over the data each). ``"auto"``: 1 for
+        ``"k-means++"``, 10 otherwise (scikit-learn's meaning). Ignored for given centers.
     max_iter : int, default=300
         Maximum number of Lloyd rounds.
     tol : float, default=1e-4
         Converged when the squared Frobenius norm of the change of the centers, divided by
         the mean (weighted) variance of the features, is at most ``tol`` (scikit-learn's
         rule), on statistics covering every row once.
+    verbose : int, default=0
+        0: silent. 1 or more: a progress bar of the Lloyd rounds (the k-means||
+        initialisation is not shown), see :class:`~daskabsp.estimators.LogisticRegression`.
     random_state : int, RandomState instance or None, default=None
         Seeds the initialisation (with the rows' values: the same rows and seed give the
         same initial centers whatever the rows' order and partitioning).
+    copy_x : bool, default=True
+        Ignored: ``X`` is never modified (scikit-learn may centre it in place when
+        ``copy_x=False``; daskabsp copies the rows to the workers and never centres them).
+    algorithm : {"lloyd", "elkan"}, default="lloyd"
+        Lloyd's iteration in both cases: Elkan's is an exact acceleration of Lloyd's (the
+        same iterates), which the engine does not implement, so ``"elkan"`` is accepted and
+        runs Lloyd.
     oversampling_factor : float, default=2.0
         k-means|| candidates drawn per round and per cluster.
     init_max_iter : int, default=None
         k-means|| sampling rounds (None: 5).
-    sync, n_partitions, quota, chunk_target
-        Engine options, see :class:`~daskabsp.estimators.LogisticRegression`. Default
-        partitions: one per worker thread, each with at least ``daskabsp.min-partition-rows``
-        rows.
-    verbose : int, default=0
-        0: silent. 1 or more: a progress bar of the Lloyd rounds (the k-means||
-        initialisation is not shown), see :class:`~daskabsp.estimators.LogisticRegression`.
+    sync : {"absp", "bsp"} or daskabsp.Policy, default="absp"
+        Synchronisation model of the Lloyd rounds.
+    n_partitions : int, default=None
+        Partitions of in-memory input. Default: one per worker thread, each with at least
+        ``daskabsp.min-partition-rows`` rows.
+    quota : int or float, default=None
+        Rows (int) or share (float in (0, 1]) of a partition scanned per round. Default: the
+        whole partition.
+    chunk_target : float, default=None
+        Seconds of work between two checks of the stop signal, see
+        :class:`~daskabsp.estimators.LogisticRegression`.
 
     Attributes
     ----------
@@ -183,47 +203,74 @@ default="k-means++"
     n_iter_ : int
         Lloyd rounds run.
     n_features_in_ : int
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
     history_ : xarray.Dataset
         The engine's record of the Lloyd rounds.
     """
 
+    #: scikit-learn's estimator this one mirrors (its parameters, defaults and constraints).
+    _counterpart = SkKMeans
+
     _parameter_constraints: dict = {
-        "n_clusters": [Interval(Integral, 1, None, "left")],
-        "init": [Options(str, frozenset({"k-means++", "random"})), ARRAY_LIKE],
-        "n_init": [Options(str, frozenset({"auto"})), Interval(Integral, 1, None, "left")],
-        "max_iter": [Interval(Integral, 1, None, "left")],
-        "tol": [Interval(Real, 0, None, "left")],
-        "random_state": [RANDOM_STATE],
-        "oversampling_factor": [Interval(Real, 0, None, "neither")],
-        "init_max_iter": [Interval(Integral, 1, None, "left"), NONE],
+        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "init": [StrOptions({"k-means++", "random"}), callable, "array-like"],
+        "n_init": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "verbose": ENGINE_CONSTRAINTS["verbose"],
+        "random_state": ["random_state"],
+        "copy_x": BOOLEAN,
+        "algorithm": [StrOptions({"lloyd", "elkan"})],
+        "oversampling_factor": [Interval(Real, 0, None, closed="neither")],
+        "init_max_iter": [Interval(Integral, 1, None, closed="left"), None],
         **ENGINE_CONSTRAINTS,
     }
 
+    #: scikit-learn's parameters accepted but without effect here, and why.
+    _ignored: dict = {
+        "copy_x": "X is never modified: daskabsp copies the rows to the workers and never "
+                  "centres them.",
+        "algorithm": "\"elkan\" is an exact acceleration of Lloyd's iteration (the same "
+                     "iterates); the engine runs Lloyd's in both cases.",
+    }
+    _rejected: dict = {}
+
     def __init__(self, n_clusters=8, *, init="k-means++", n_init="auto", max_iter=300,
-                 tol=1e-4, random_state=None, oversampling_factor=2.0, init_max_iter=None,
-                 sync="absp", n_partitions=None, quota=None, chunk_target=None, verbose=0):
+                 tol=1e-4, verbose=0, random_state=None, copy_x=True, algorithm="lloyd",
+                 oversampling_factor=2.0, init_max_iter=None, sync="absp", n_partitions=None,
+                 quota=None, chunk_target=None):
         self.n_clusters = n_clusters
         self.init = init
         self.n_init = n_init
         self.max_iter = max_iter
         self.tol = tol
+        self.verbose = verbose
         self.random_state = random_state
+        self.copy_x = copy_x
+        self.algorithm = algorithm
         self.oversampling_factor = oversampling_factor
         self.init_max_iter = init_max_iter
         self.sync = sync
         self.n_partitions = n_partitions
         self.quota = quota
         self.chunk_target = chunk_target
-        self.verbose = verbose
+
+    def _n_inits(self) -> int:
+        """``n_init``, with ``"auto"`` resolved as scikit-learn does."""
+        if self.n_init != "auto":
+            return int(self.n_init)
+        return AUTO_N_INIT["callable" if callable(self.init) else self.init]
 
     # -- fit ----------------------------------------------------------------------------------
 
     def _given_centers(self, n_features: int) -> np.ndarray | None:
         """The ``init`` array, checked against the data (None for a named method)."""
-        if isinstance(self.init, str):
+        if isinstance(self.init, str) or callable(self.init):
             return None
-        C = check_array(self.init, dtype=np.float64)
+        return self._checked_centers(self.init, n_features)
+
+    def _checked_centers(self, init, n_features: int) -> np.ndarray:
+        C = check_array(init, dtype=np.float64)
         k = self.n_clusters
         if C.shape[0] != k:
             raise ValueError(f"The shape of the initial centers {C.shape} does not match the "
@@ -233,21 +280,33 @@ default="k-means++"
                              f"number of features of the data {n_features}.")
         return C
 
-    def _initial_centers(self, X, w, rng) -> np.ndarray:
-        """k-means|| or random rows; every draw depends on the rows' values and weights, not
-        on their order or on how a weight is spelled (a row of weight 2 or the row twice)."""
+    def _initial_centers(self, X, w, rng, rows=None) -> np.ndarray:
+        """k-means||, random rows, or a callable's centers. k-means|| and random rows depend
+        on the rows' values and weights, not on their order or on how a weight is spelled (a
+        row of weight 2 or the row twice). ``rows``: the data as given to ``fit`` (what a
+        callable ``init`` is called with, as scikit-learn does)."""
         k, d = self.n_clusters, X.shape[1]
+        if callable(self.init):
+            best, best_cost = None, np.inf
+            n_draws = self._n_inits()
+            for _ in range(n_draws):
+                C = self._checked_centers(
+                    self.init(X if rows is None else rows, k, random_state=rng), d)
+                cost = _inertia_total(X, w, C) if n_draws > 1 else 0.0
+                if cost < best_cost:
+                    best, best_cost = C, cost
+            return best
         seed, local_seed = _seeds(rng)
         draws = BlockDraws(X, w, seed)
         if self.init == "k-means++":
             rounds = self.init_max_iter or DEFAULT_INIT_ROUNDS
-            n_local = AUTO_N_INIT if self.n_init == "auto" else self.n_init
+            n_local = self._n_inits()
             return kmeans_parallel(draws, d, k, oversampling_factor=self.oversampling_factor,
                                    rounds=rounds, n_local_init=n_local,
                                    local_seed=local_seed)
         # "random": distinct rows drawn by weight; with several draws, the one of lowest
         # inertia
-        n_draws = 1 if self.n_init == "auto" else self.n_init
+        n_draws = self._n_inits()
         best, best_cost = None, np.inf
         for i in range(n_draws):
             C = random_rows(draws, d, k, i)
@@ -290,7 +349,8 @@ default="k-means++"
             Xd, wd = placed.X, placed.sample_weight
             scale = (_mean_variance(data.X, data.sample_weight) if not data.lazy
                      else _lazy_mean_variance(Xd, wd))
-            C0 = given if given is not None else self._initial_centers(Xd, wd, rng)
+            C0 = given if given is not None else self._initial_centers(Xd, wd, rng,
+                                                                       data.X)
             program = LloydKMeans(initial_centers=C0, tol=self.tol * scale)
             res = self._run_engine(program, placed, None, None, max_iter=self.max_iter,
                                    attributes=lambda c: {"cluster_centers_": c})

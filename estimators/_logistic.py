@@ -5,8 +5,10 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 import numpy as np
+import sklearn
 from scipy.special import expit, log_softmax
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.linear_model import LogisticRegression as SkLogisticRegression
 from sklearn.utils.validation import check_is_fitted
 
 from daskabsp.programs import LinearNewton, MultinomialNewton, hessian_limit
@@ -20,46 +22,92 @@ from ._linear import split_theta
 from ._validation import (
     BOOLEAN,
     ENGINE_CONSTRAINTS,
-    NONE,
-    RANDOM_STATE,
-    InstanceOf,
+    FALSE_ONLY,
+    Hidden,
     Interval,
-    Options,
+    StrOptions,
+    reject,
     validate_params,
 )
 
-CLASS_WEIGHT = [InstanceOf((dict,), "dict"), Options(str, frozenset({"balanced"})), NONE]
+#: scikit-learn 1.8 deprecated ``penalty`` (default ``"deprecated"``: the penalty follows
+#: ``l1_ratio`` and ``C``) and changed ``l1_ratio``'s default from None to 0.0. The defaults
+#: here are those of the installed scikit-learn, so that ``get_params()`` matches it.
+SKLEARN_18 = tuple(int(p) for p in sklearn.__version__.split(".")[:2]) >= (1, 8)
+PENALTY_DEFAULT = "deprecated" if SKLEARN_18 else "l2"
+L1_RATIO_DEFAULT = 0.0 if SKLEARN_18 else None
+
+#: scikit-learn's solvers whose objective daskabsp minimises too (``liblinear`` penalises the
+#: intercept and fits several classes one-vs-rest: another objective).
+SAME_OBJECTIVE_SOLVERS = {"lbfgs", "newton-cg", "newton-cholesky", "sag", "saga"}
+
+CLASS_WEIGHT = [dict, StrOptions({"balanced"}), None]
 
 
 class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMixin,
                          BaseEstimator):
     """L2-regularised logistic regression whose fit runs on a Dask cluster (A-BSP by default).
 
-    A drop-in for :class:`sklearn.linear_model.LogisticRegression` with ``penalty="l2"``: it
-    minimises the same objective ``C * sum_i s_i log_loss_i + ||w||^2 / 2`` (binomial for
-    two classes, multinomial for more; the intercept is not penalised) by trust-region
-    Newton over the partitions of the data, each round ending when the fastest partition has
-    scanned its rows (see :mod:`daskabsp.programs.newton`).
+    A drop-in for :class:`sklearn.linear_model.LogisticRegression` with the L2 penalty (or
+    none): it minimises the same objective ``C * sum_i s_i log_loss_i + ||w||^2 / 2``
+    (binomial for two classes, multinomial for more; the intercept is not penalised) by
+    trust-region Newton, or L-BFGS steps from Hessian-vector products for large models, over
+    the partitions of the data, each round ending when the fastest partition has scanned its
+    rows (see :class:`daskabsp.programs.LinearNewton`).
+
+    Every parameter of scikit-learn's class is accepted, with its default; those that choose
+    how scikit-learn solves the problem (``solver``, ``dual``, ``intercept_scaling``,
+    ``n_jobs``) are ignored, and those that ask for what the engine does not do (L1 and
+    elastic-net penalties, liblinear's objective, warm starts) are rejected with the reason.
 
     Parameters
     ----------
-    penalty : {"l2"}, default="l2"
-        Only the L2 penalty is supported.
+    penalty : {"l2", None}, default="deprecated"
+        scikit-learn's deprecated way of choosing the penalty (its default, ``"deprecated"``,
+        means: from ``l1_ratio`` and ``C``). ``None``: no penalty (as ``C=np.inf``).
+        ``"l1"`` and ``"elasticnet"`` are rejected: Newton steps need a twice-differentiable
+        objective. (With scikit-learn older than 1.8 the default is ``"l2"``.)
     C : float, default=1.0
-        Inverse of the regularisation strength.
-    fit_intercept : bool, default=True
-        Whether to fit an intercept (not penalised).
-    class_weight : dict or "balanced", default=None
-        Weights of the classes, multiplied into ``sample_weight``.
+        Inverse of the regularisation strength; ``np.inf``: no penalty. Without a penalty
+        the optimum may not be unique (collinear features) or not exist (separable
+        classes); the fit then stops where the gradient test passes.
+    l1_ratio : float, default=0.0
+        Only 0 (the L2 penalty) is accepted: the L1 part is not implemented. ``None`` (the
+        default before scikit-learn 1.8) means 0.
+    dual : bool, default=False
+        Only ``False``: scikit-learn's dual formulation exists for liblinear only, whose
+        objective is not this one.
     tol : float, default=1e-4
         Stop when ``max |gradient| <= tol`` and the Newton decrement ``d`` has
-        ``d^2 / 2 <= tol`` (scikit-learn's Newton solvers' rule, on the objective divided by
-        ``C * sum(sample_weight)``), on statistics covering every row once.
+        ``d^2 / 2 <= tol / 100`` (scikit-learn's Newton solvers' rule, a little tighter), on
+        the objective divided by ``C * sum(sample_weight)``, on statistics covering every row
+        once.
+    fit_intercept : bool, default=True
+        Whether to fit an intercept (not penalised).
+    intercept_scaling : float, default=1
+        Ignored, as scikit-learn ignores it for every solver but liblinear (the intercept is
+        not penalised).
+    class_weight : dict or "balanced", default=None
+        Weights of the classes, multiplied into ``sample_weight``.
+    random_state : int, RandomState instance or None, default=None
+        Ignored: the fit draws nothing at random (scikit-learn uses it for sag, saga and
+        liblinear only).
+    solver : {"lbfgs", "newton-cg", "newton-cholesky", "sag", "saga"}, default="lbfgs"
+        Ignored: these solvers minimise the objective above, and the engine chooses its own
+        way (Newton while the Hessian is cheap, L-BFGS steps beyond). ``"liblinear"`` is
+        rejected: it penalises the intercept and fits several classes one-vs-rest, another
+        objective.
     max_iter : int, default=100
         Maximum number of rounds.
-    random_state : int, RandomState instance or None, default=None
-        Unused (the fit is deterministic given the rows each round sees); kept for
-        compatibility with scikit-learn.
+    verbose : int, default=0
+        0: silent. 1 or more: a progress bar of the fit's rounds (rounds done, objective,
+        share of the rows asked for that were used, partitions harvested, elapsed time): a
+        widget in a notebook, a text bar elsewhere.
+    warm_start : bool, default=False
+        Only ``False``: every fit starts from zero (warm starts are not implemented).
+    n_jobs : int, default=None
+        Ignored: the parallelism is the Dask cluster's worker threads (deprecated in
+        scikit-learn 1.8 too).
     sync : {"absp", "bsp"} or daskabsp.Policy, default="absp"
         Synchronisation model of the rounds.
     n_partitions : int, default=None
@@ -70,12 +118,8 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
         Rows a partition scans per round (int), or a fraction of it (float in (0, 1]).
         Default: the whole partition.
     chunk_target : float, default=None
-        Seconds of work between two checks of the stop signal (default:
-        ``daskabsp.chunk-target``).
-    verbose : int, default=0
-        0: silent. 1 or more: a progress bar of the fit's rounds (rounds done, objective,
-        share of the rows asked for that were used, partitions harvested, elapsed time): a
-        widget in a notebook, a text bar elsewhere.
+        Seconds of work between two checks of the stop signal. Default: the largest of
+        ``daskabsp.chunk-target``, 10 ms, and 3e-8 s per float of a partition's statistics.
 
     Attributes
     ----------
@@ -89,11 +133,15 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
         Rounds run.
     n_features_in_ : int
         Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Feature names (pandas or dask DataFrame columns, or the feature coordinate of a
         DataArray), when they are all strings.
     history_ : xarray.Dataset
         The engine's record of the fit, one entry per round and partition.
+
+    See Also
+    --------
+    sklearn.linear_model.LogisticRegression : The in-process estimator this one mirrors.
 
     Examples
     --------
@@ -105,32 +153,89 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
     0.95...
     """
 
+    #: scikit-learn's estimator this one mirrors (its parameters, defaults and constraints).
+    _counterpart = SkLogisticRegression
+
     _parameter_constraints: dict = {
-        "penalty": [Options(str, frozenset({"l2"}))],
-        "C": [Interval(Real, 0, None, "neither")],
-        "fit_intercept": [BOOLEAN],
+        "penalty": [StrOptions({"l2"}), None, Hidden(StrOptions({"deprecated"}))],
+        "C": [Interval(Real, 0, None, closed="right")],
+        "l1_ratio": [Interval(Real, 0, 1, closed="both"), None],
+        "dual": FALSE_ONLY,
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "fit_intercept": BOOLEAN,
+        "intercept_scaling": [Interval(Real, 0, None, closed="neither")],
         "class_weight": CLASS_WEIGHT,
-        "tol": [Interval(Real, 0, None, "left")],
-        "max_iter": [Interval(Integral, 1, None, "left")],
-        "random_state": [RANDOM_STATE],
+        "random_state": ["random_state"],
+        "solver": [StrOptions(SAME_OBJECTIVE_SOLVERS)],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "warm_start": FALSE_ONLY,
+        "n_jobs": [None, Integral],
         **ENGINE_CONSTRAINTS,
     }
+    _rejected: dict = {
+        "penalty": "daskabsp fits the L2 penalty or none: the L1 and elastic-net penalties "
+                   "are not differentiable, and its Newton steps need a twice-differentiable "
+                   "objective.",
+        "l1_ratio": "daskabsp fits the L2 penalty (l1_ratio=0) only: the L1 part is not "
+                    "differentiable, and its Newton steps need a twice-differentiable "
+                    "objective.",
+        "solver": "'liblinear' penalises the intercept and fits several classes one-vs-rest, "
+                  "another objective than the one daskabsp minimises; the other solvers are "
+                  "accepted and ignored (the engine chooses Newton or L-BFGS steps).",
+        "dual": "scikit-learn's dual formulation is liblinear's, whose objective penalises "
+                "the intercept; daskabsp solves the primal of the objective above.",
+        "max_iter": "A fit runs at least one round.",
+        "warm_start": "Warm starts are not implemented: every fit starts from zero.",
+    }
 
-    def __init__(self, penalty="l2", *, C=1.0, fit_intercept=True, class_weight=None,
-                 tol=1e-4, max_iter=100, random_state=None, sync="absp", n_partitions=None,
-                 quota=None, chunk_target=None, verbose=0):
+    #: scikit-learn's parameters accepted but without effect here, and why.
+    _ignored: dict = {
+        "intercept_scaling": "scikit-learn uses it with liblinear only; the intercept is not "
+                             "penalised here.",
+        "random_state": "the fit draws nothing at random (scikit-learn: sag, saga and "
+                        "liblinear only).",
+        "solver": "all accepted solvers minimise the same objective; the engine takes Newton "
+                  "steps, or L-BFGS steps from Hessian-vector products for large models.",
+        "n_jobs": "the parallelism is the Dask cluster's worker threads (deprecated in "
+                  "scikit-learn 1.8).",
+    }
+
+    def __init__(self, penalty=PENALTY_DEFAULT, *, C=1.0, l1_ratio=L1_RATIO_DEFAULT,
+                 dual=False, tol=1e-4, fit_intercept=True, intercept_scaling=1,
+                 class_weight=None, random_state=None, solver="lbfgs", max_iter=100,
+                 verbose=0, warm_start=False, n_jobs=None, sync="absp", n_partitions=None,
+                 quota=None, chunk_target=None):
         self.penalty = penalty
         self.C = C
-        self.fit_intercept = fit_intercept
-        self.class_weight = class_weight
+        self.l1_ratio = l1_ratio
+        self.dual = dual
         self.tol = tol
-        self.max_iter = max_iter
+        self.fit_intercept = fit_intercept
+        self.intercept_scaling = intercept_scaling
+        self.class_weight = class_weight
         self.random_state = random_state
+        self.solver = solver
+        self.max_iter = max_iter
+        self.verbose = verbose
+        self.warm_start = warm_start
+        self.n_jobs = n_jobs
         self.sync = sync
         self.n_partitions = n_partitions
         self.quota = quota
         self.chunk_target = chunk_target
-        self.verbose = verbose
+
+    def _check_param_combinations(self) -> None:
+        """What scikit-learn's constraints allow but daskabsp does not do: an L1 part of the
+        penalty (called by ``validate_params`` after the constraints)."""
+        if self.l1_ratio not in (None, 0) and self.penalty is not None:
+            raise reject(self, "l1_ratio", "0 or None", self._rejected["l1_ratio"])
+
+    def _l2_scale(self) -> float:
+        """``1 / C`` of the objective, 0 without a penalty (``penalty=None`` or
+        ``C=np.inf``)."""
+        if self.penalty is None or np.isinf(self.C):
+            return 0.0
+        return 1.0 / self.C
 
     @fit_with_callbacks
     def fit(self, X, y, sample_weight=None):
@@ -156,7 +261,7 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
         with self._client().as_current():  # a lazy target is computed where the fit runs
             t = encode_targets(self, data, self.class_weight)
         K, d = len(t.classes), data.X.shape[1]
-        l2 = 1.0 / (self.C * t.weight_sum)
+        l2 = self._l2_scale() / t.weight_sum
         if K == 2:
             program = LinearNewton(loss="logistic", l2=l2, fit_intercept=self.fit_intercept,
                                    tol=self.tol, max_hessian=hessian_limit(data.n_samples))

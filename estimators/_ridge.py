@@ -6,6 +6,7 @@ from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.linear_model import Ridge as SkRidge
 
 from daskabsp.programs import LinearNewton, hessian_limit
 
@@ -16,11 +17,16 @@ from ._linear import LinearPredictMixin, split_theta
 from ._validation import (
     BOOLEAN,
     ENGINE_CONSTRAINTS,
-    NONE,
-    RANDOM_STATE,
+    FALSE_ONLY,
     Interval,
+    StrOptions,
+    reject,
     validate_params,
 )
+
+#: scikit-learn's Ridge solvers: all minimise the objective below, so all are accepted and
+#: ignored (the engine runs Newton or L-BFGS steps).
+RIDGE_SOLVERS = {"auto", "svd", "cholesky", "lsqr", "sparse_cg", "sag", "saga", "lbfgs"}
 
 
 class Ridge(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator):
@@ -33,21 +39,44 @@ class Ridge(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator):
     one step (plus one round that confirms it); under A-BSP the steps use the harvested
     statistics until every partition has completed a pass, then the exact pass statistics.
 
+    Every parameter of scikit-learn's class is accepted with its default: ``copy_X``,
+    ``solver`` and ``random_state`` are ignored (they choose how scikit-learn solves the same
+    problem), ``positive=True`` and an array of ``alpha`` (several targets) are rejected
+    with the reason.
+
     Parameters
     ----------
     alpha : float, default=1.0
-        Regularisation strength (non-negative).
+        Regularisation strength (non-negative). One value: several targets (an array of
+        alphas) are not implemented.
     fit_intercept : bool, default=True
         Whether to fit an intercept.
+    copy_X : bool, default=True
+        Ignored: ``X`` is never modified (its rows are copied to the workers).
     max_iter : int, default=None
         Maximum number of rounds (None: 100).
     tol : float, default=1e-4
         Stop when the gradient of the objective divided by ``2 * sum(sample_weight)`` has no
-        entry above ``tol`` and its Newton decrement ``d`` has ``d^2 / 2 <= tol``.
+        entry above ``tol`` and its Newton decrement ``d`` has ``d^2 / 2 <= tol / 100``.
+    solver : {"auto", "svd", "cholesky", "lsqr", "sparse_cg", "sag", "saga", "lbfgs"}, \
+default="auto"
+        Ignored: all minimise the same objective; the engine takes Newton steps (L-BFGS
+        steps from Hessian-vector products for many features).
+    positive : bool, default=False
+        Only ``False``: bound-constrained coefficients are not implemented.
     random_state : int, RandomState instance or None, default=None
-        Unused; kept for compatibility with scikit-learn.
-    sync, n_partitions, quota, chunk_target
-        Engine options, see :class:`~daskabsp.estimators.LogisticRegression`.
+        Ignored: the fit draws nothing at random.
+    sync : {"absp", "bsp"} or daskabsp.Policy, default="absp"
+        Synchronisation model of the rounds.
+    n_partitions : int, default=None
+        Partitions of in-memory input, see
+        :class:`~daskabsp.estimators.LogisticRegression`.
+    quota : int or float, default=None
+        Rows (int) or share (float in (0, 1]) of a partition scanned per round. Default: the
+        whole partition.
+    chunk_target : float, default=None
+        Seconds of work between two checks of the stop signal, see
+        :class:`~daskabsp.estimators.LogisticRegression`.
     verbose : int, default=0
         0: silent. 1 or more: a progress bar of the fit's rounds, see
         :class:`~daskabsp.estimators.LogisticRegression`.
@@ -55,37 +84,73 @@ class Ridge(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator):
     Attributes
     ----------
     coef_ : ndarray of shape (n_features,)
+        Coefficients.
     intercept_ : float
+        Intercept (0.0 without ``fit_intercept``).
     n_iter_ : ndarray of shape (1,)
         Rounds run.
     n_features_in_ : int
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
+        Feature names, when the input has string feature names.
     history_ : xarray.Dataset
         The engine's record of the fit.
+
+    See Also
+    --------
+    sklearn.linear_model.Ridge : The in-process estimator this one mirrors.
     """
 
+    #: scikit-learn's estimator this one mirrors (its parameters, defaults and constraints).
+    _counterpart = SkRidge
+
     _parameter_constraints: dict = {
-        "alpha": [Interval(Real, 0, None, "left")],
-        "fit_intercept": [BOOLEAN],
-        "max_iter": [Interval(Integral, 1, None, "left"), NONE],
-        "tol": [Interval(Real, 0, None, "left")],
-        "random_state": [RANDOM_STATE],
+        "alpha": [Interval(Real, 0, None, closed="left"), "array-like"],
+        "fit_intercept": BOOLEAN,
+        "copy_X": BOOLEAN,
+        "max_iter": [Interval(Integral, 1, None, closed="left"), None],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "solver": [StrOptions(RIDGE_SOLVERS)],
+        "positive": FALSE_ONLY,
+        "random_state": ["random_state"],
         **ENGINE_CONSTRAINTS,
     }
+    _rejected: dict = {
+        "alpha": "daskabsp's Ridge fits one target, with one alpha.",
+        "positive": "Bound-constrained (positive) coefficients are not implemented.",
+    }
 
-    def __init__(self, alpha=1.0, *, fit_intercept=True, max_iter=None, tol=1e-4,
-                 random_state=None, sync="absp", n_partitions=None, quota=None,
-                 chunk_target=None, verbose=0):
+    #: scikit-learn's parameters accepted but without effect here, and why.
+    _ignored: dict = {
+        "copy_X": "X is never modified: its rows are copied to the workers.",
+        "solver": "all minimise the same objective; the engine takes Newton steps (L-BFGS "
+                  "steps from Hessian-vector products for many features).",
+        "random_state": "the fit draws nothing at random.",
+    }
+
+    def __init__(self, alpha=1.0, *, fit_intercept=True, copy_X=True, max_iter=None,
+                 tol=1e-4, solver="auto", positive=False, random_state=None, sync="absp",
+                 n_partitions=None, quota=None, chunk_target=None, verbose=0):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
+        self.copy_X = copy_X
         self.max_iter = max_iter
         self.tol = tol
+        self.solver = solver
+        self.positive = positive
         self.random_state = random_state
         self.sync = sync
         self.n_partitions = n_partitions
         self.quota = quota
         self.chunk_target = chunk_target
         self.verbose = verbose
+
+    def _check_param_combinations(self) -> None:
+        """An array of alphas (one per target) passes scikit-learn's constraints; daskabsp's
+        Ridge fits one target (called by ``validate_params`` after the constraints)."""
+        if not isinstance(self.alpha, Real):
+            raise reject(self, "alpha", "a float in the range [0.0, inf)",
+                         self._rejected["alpha"])
 
     def _callback_max_rounds(self) -> int:
         return 100 if self.max_iter is None else int(self.max_iter)

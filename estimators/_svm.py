@@ -5,6 +5,7 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.svm import LinearSVC as SkLinearSVC
 
 from daskabsp.programs import LinearNewton, hessian_limit
 
@@ -18,9 +19,8 @@ from ._logistic import CLASS_WEIGHT
 from ._validation import (
     BOOLEAN,
     ENGINE_CONSTRAINTS,
-    RANDOM_STATE,
     Interval,
-    Options,
+    StrOptions,
     validate_params,
 )
 
@@ -46,32 +46,45 @@ class LinearSVC(LinearClassifierPredictMixin, ClassifierMixin, EngineMixin, Base
     Parameters
     ----------
     penalty : {"l2"}, default="l2"
-        Only the L2 penalty is supported.
+        Only the L2 penalty: ``"l1"`` is rejected (not differentiable, and the engine takes
+        Newton steps).
     loss : {"hinge", "squared_hinge"}, default="squared_hinge"
         The loss.
     dual : {"auto", True, False}, default="auto"
-        Ignored: the primal is always solved (kept for compatibility with scikit-learn).
+        Ignored: the dual and the primal have the same optimum, and the engine solves the
+        primal.
     tol : float, default=1e-4
         Stopping tolerance (see :class:`~daskabsp.estimators.LogisticRegression`).
     C : float, default=1.0
         Inverse of the regularisation strength.
     multi_class : {"ovr"}, default="ovr"
-        One-vs-rest for more than two classes.
+        One-vs-rest for more than two classes; ``"crammer_singer"`` is rejected (not
+        implemented).
     fit_intercept : bool, default=True
         Whether to fit an intercept.
-    intercept_scaling : float, default=1.0
+    intercept_scaling : float, default=1
         Value of the synthetic feature whose weight is the intercept (divided by it); a
         larger value penalises the intercept less.
     class_weight : dict or "balanced", default=None
         Weights of the classes (multiplied into ``sample_weight``, i.e. into ``C``).
-    random_state : int, RandomState instance or None, default=None
-        Unused; kept for compatibility with scikit-learn.
-    max_iter : int, default=1000
-        Maximum number of rounds.
-    sync, n_partitions, quota, chunk_target
-        Engine options, see :class:`~daskabsp.estimators.LogisticRegression`.
     verbose : int, default=0
         0: silent. 1 or more: a progress bar of the fit's rounds, see
+        :class:`~daskabsp.estimators.LogisticRegression`.
+    random_state : int, RandomState instance or None, default=None
+        Ignored: the fit draws nothing at random (scikit-learn's liblinear shuffles with it
+        in the dual).
+    max_iter : int, default=1000
+        Maximum number of rounds.
+    sync : {"absp", "bsp"} or daskabsp.Policy, default="absp"
+        Synchronisation model of the rounds.
+    n_partitions : int, default=None
+        Partitions of in-memory input, see
+        :class:`~daskabsp.estimators.LogisticRegression`.
+    quota : int or float, default=None
+        Rows (int) or share (float in (0, 1]) of a partition scanned per round. Default: the
+        whole partition.
+    chunk_target : float, default=None
+        Seconds of work between two checks of the stop signal, see
         :class:`~daskabsp.estimators.LogisticRegression`.
 
     Attributes
@@ -82,30 +95,47 @@ class LinearSVC(LinearClassifierPredictMixin, ClassifierMixin, EngineMixin, Base
     n_iter_ : int
         Rounds run.
     n_features_in_ : int
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
     history_ : xarray.Dataset
         The engine's record of the fit.
     """
 
+    #: scikit-learn's estimator this one mirrors (its parameters, defaults and constraints).
+    _counterpart = SkLinearSVC
+
     _parameter_constraints: dict = {
-        "penalty": [Options(str, frozenset({"l2"}))],
-        "loss": [Options(str, frozenset({"hinge", "squared_hinge"}))],
-        "dual": [Options(str, frozenset({"auto"})), BOOLEAN],
-        "tol": [Interval(Real, 0, None, "left")],
-        "C": [Interval(Real, 0, None, "neither")],
-        "multi_class": [Options(str, frozenset({"ovr"}))],
-        "fit_intercept": [BOOLEAN],
-        "intercept_scaling": [Interval(Real, 0, None, "neither")],
+        "penalty": [StrOptions({"l2"})],
+        "loss": [StrOptions({"hinge", "squared_hinge"})],
+        "dual": [*BOOLEAN, StrOptions({"auto"})],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "C": [Interval(Real, 0, None, closed="neither")],
+        "multi_class": [StrOptions({"ovr"})],
+        "fit_intercept": BOOLEAN,
+        "intercept_scaling": [Interval(Real, 0, None, closed="neither")],
         "class_weight": CLASS_WEIGHT,
-        "random_state": [RANDOM_STATE],
-        "max_iter": [Interval(Integral, 1, None, "left")],
+        "random_state": ["random_state"],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
         **ENGINE_CONSTRAINTS,
+    }
+    _rejected: dict = {
+        "penalty": "daskabsp fits the L2 penalty only: the L1 penalty is not differentiable, "
+                   "and its Newton steps need a twice-differentiable objective.",
+        "multi_class": "Crammer-Singer's joint multi-class objective is not implemented; "
+                       "several classes are fitted one-vs-rest.",
+    }
+
+    #: scikit-learn's parameters accepted but without effect here, and why.
+    _ignored: dict = {
+        "dual": "the dual and the primal have the same optimum; the engine solves the "
+                "primal.",
+        "random_state": "the fit draws nothing at random (liblinear shuffles with it in the "
+                        "dual).",
     }
 
     def __init__(self, penalty="l2", loss="squared_hinge", *, dual="auto", tol=1e-4, C=1.0,
-                 multi_class="ovr", fit_intercept=True, intercept_scaling=1.0,
-                 class_weight=None, random_state=None, max_iter=1000, sync="absp",
-                 n_partitions=None, quota=None, chunk_target=None, verbose=0):
+                 multi_class="ovr", fit_intercept=True, intercept_scaling=1,
+                 class_weight=None, verbose=0, random_state=None, max_iter=1000, sync="absp",
+                 n_partitions=None, quota=None, chunk_target=None):
         self.penalty = penalty
         self.loss = loss
         self.dual = dual

@@ -1,149 +1,115 @@
-"""Checks of estimator parameters, with scikit-learn's wording, and of sample weights.
+"""Checks of estimator parameters with scikit-learn's own machinery, and of sample weights.
 
-scikit-learn's own declarative validation lives in a private module; this is a small
-public-API replacement that produces the same messages, e.g. ``The 'C' parameter of
-LogisticRegression must be a float in the range (0.0, inf). Got -1 instead.``
+Parameters are declared as scikit-learn declares them (``_parameter_constraints`` made of
+:class:`~sklearn.utils._param_validation.Interval`, ``StrOptions``, types, ``"boolean"``...)
+and checked by scikit-learn's ``validate_parameter_constraints``, so errors are scikit-learn's
+:class:`~sklearn.utils._param_validation.InvalidParameterError` (both a ``ValueError`` and a
+``TypeError``) with its wording, e.g. ``The 'C' parameter of LogisticRegression must be a
+float in the range (0.0, inf]. Got -1 instead.``
+
+Where daskabsp accepts fewer values than scikit-learn (``penalty="l1"``, ``solver=
+"liblinear"``, ``positive=True``...), the estimator's ``_rejected`` maps the parameter to the
+reason, appended to the message: a user who swapped the import learns why, not only what.
+``sklearn.utils._param_validation`` is private to scikit-learn; its names used here have been
+stable since scikit-learn 1.2 and are imported in one place, this module.
 """
 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 from sklearn.utils import check_consistent_length
+from sklearn.utils._param_validation import (
+    Hidden,
+    Interval,
+    InvalidParameterError,
+    Options,
+    StrOptions,
+    validate_parameter_constraints,
+)
 
 from daskabsp import SYNC_NAMES, Policy
 
+__all__ = [
+    "BOOLEAN",
+    "ENGINE_CONSTRAINTS",
+    "FALSE_ONLY",
+    "VERBOSE",
+    "Hidden",
+    "Interval",
+    "InvalidParameterError",
+    "Options",
+    "StrOptions",
+    "check_sample_weight",
+    "reject",
+    "validate_params",
+]
 
-class InvalidParameterError(ValueError, TypeError):
-    """A parameter of an estimator has an invalid type or value (scikit-learn's contract:
-    both a ``ValueError`` and a ``TypeError``)."""
+#: ``bool`` (numpy booleans accepted but not listed), as scikit-learn's ``"boolean"``.
+BOOLEAN = [bool, Hidden(np.bool_)]
+#: scikit-learn's ``verbose``: a non-negative int or a bool.
+VERBOSE = [Interval(numbers.Integral, 0, None, closed="left"), bool, Hidden(np.bool_)]
 
-
-@dataclass(frozen=True)
-class Interval:
-    """Numbers of ``kind`` (``numbers.Integral`` or ``numbers.Real``) between two bounds."""
-
-    kind: type
-    left: float | None
-    right: float | None
-    closed: str = "left"  # "left", "right", "both", "neither"
-
-    def accepts(self, v: Any) -> bool:
-        if isinstance(v, bool | np.bool_) or not isinstance(v, self.kind):
-            return False
-        if isinstance(v, numbers.Real) and np.isnan(v):
-            return False
-        lo_ok = self.left is None or (v >= self.left if self.closed in ("left", "both")
-                                      else v > self.left)
-        hi_ok = self.right is None or (v <= self.right if self.closed in ("right", "both")
-                                       else v < self.right)
-        return bool(lo_ok and hi_ok)
-
-    def __str__(self) -> str:
-        word = "an int" if self.kind is numbers.Integral else "a float"
-        lb = "[" if self.closed in ("left", "both") else "("
-        rb = "]" if self.closed in ("right", "both") else ")"
-        lo = "-inf" if self.left is None else (float(self.left) if self.kind is numbers.Real
-                                               else self.left)
-        hi = "inf" if self.right is None else (float(self.right) if self.kind is numbers.Real
-                                               else self.right)
-        return f"{word} in the range {lb}{lo}, {hi}{rb}"
-
-
-@dataclass(frozen=True)
-class Options:
-    """One of a set of values of type ``kind``."""
-
-    kind: type
-    values: frozenset
-
-    def accepts(self, v: Any) -> bool:
-        return isinstance(v, self.kind) and v in self.values
-
-    def __str__(self) -> str:
-        name = {str: "str", bool: "bool"}.get(self.kind, self.kind.__name__)
-        listed = ", ".join(repr(v) for v in sorted(self.values, key=str))
-        return f"a {name} among {{{listed}}}"
-
-
-@dataclass(frozen=True)
-class InstanceOf:
-    """An instance of one of ``types``."""
-
-    types: tuple[type, ...]
-    label: str
-
-    def accepts(self, v: Any) -> bool:
-        return isinstance(v, self.types)
-
-    def __str__(self) -> str:
-        return f"an instance of '{self.label}'"
-
-
-class _NoneConstraint:
-    def accepts(self, v: Any) -> bool:
-        return v is None
-
-    def __str__(self) -> str:
-        return "None"
-
-
-class _ArrayLike:
-    def accepts(self, v: Any) -> bool:
-        return hasattr(v, "__len__") or hasattr(v, "shape") or hasattr(v, "__array__")
-
-    def __str__(self) -> str:
-        return "an array-like"
-
-
-class _RandomState:
-    def accepts(self, v: Any) -> bool:
-        return v is None or isinstance(v, np.random.RandomState) or (
-            isinstance(v, numbers.Integral) and not isinstance(v, bool) and 0 <= v < 2**32)
-
-    def __str__(self) -> str:
-        return ("an int in the range [0, 4294967295], an instance of 'numpy.random.mtrand."
-                "RandomState' or None")
-
-
-NONE = _NoneConstraint()
-BOOLEAN = InstanceOf((bool, np.bool_), "bool")
-ARRAY_LIKE = _ArrayLike()
-RANDOM_STATE = _RandomState()
-SYNC = [Options(str, frozenset(SYNC_NAMES)), InstanceOf((Policy,), "daskabsp.Policy")]
+#: ``False`` only (numpy's False too): for flags whose ``True`` daskabsp does not implement.
+FALSE_ONLY = [Options(bool, {False}), Hidden(Options(np.bool_, {np.False_}))]
 
 #: Constraints of the engine options every estimator takes.
 ENGINE_CONSTRAINTS: dict[str, list] = {
-    "sync": SYNC,
-    "n_partitions": [Interval(numbers.Integral, 1, None, "left"), NONE],
-    "quota": [Interval(numbers.Integral, 1, None, "left"),
-              Interval(numbers.Real, 0, 1, "right"), NONE],
-    "chunk_target": [Interval(numbers.Real, 0, None, "neither"), NONE],
-    "verbose": [Interval(numbers.Integral, 0, None, "left"), BOOLEAN],
+    "sync": [StrOptions(set(SYNC_NAMES)), Policy],
+    "n_partitions": [Interval(numbers.Integral, 1, None, closed="left"), None],
+    "quota": [Interval(numbers.Integral, 1, None, closed="left"),
+              Interval(numbers.Real, 0, 1, closed="right"), None],
+    "chunk_target": [Interval(numbers.Real, 0, None, closed="neither"), None],
+    "verbose": VERBOSE,
 }
 
 
-def _join(parts: list[str]) -> str:
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " or " + parts[-1]
+def validate_params(estimator, constraints: Mapping[str, list]) -> None:
+    """Raise scikit-learn's ``InvalidParameterError`` for the first parameter of
+    ``estimator`` (in the order of ``constraints``) that satisfies none of its constraints.
 
-
-def validate_params(estimator, constraints: dict[str, Iterable]) -> None:
-    """Raise :class:`InvalidParameterError` for the first parameter of ``estimator`` that
-    satisfies none of its ``constraints``."""
+    The message is scikit-learn's. When scikit-learn's own estimator (the class attribute
+    ``_counterpart``) accepts the value and the estimator's ``_rejected`` names the
+    parameter, the reason daskabsp does not follows the message. Then the estimator's
+    ``_check_param_combinations()``, if it has one, checks what the constraints of single
+    parameters cannot say.
+    """
     params = estimator.get_params(deep=False)
+    reasons = getattr(estimator, "_rejected", {})
+    theirs = getattr(getattr(estimator, "_counterpart", None), "_parameter_constraints", {})
+    name_of = type(estimator).__name__
     for name, options in constraints.items():
-        options = list(options)
-        value = params[name]
-        if any(c.accepts(value) for c in options):
-            continue
-        raise InvalidParameterError(
-            f"The {name!r} parameter of {type(estimator).__name__} must be "
-            f"{_join([str(c) for c in options])}. Got {value!r} instead."
-        )
+        try:
+            validate_parameter_constraints({name: options}, {name: params[name]},
+                                           caller_name=name_of)
+        except InvalidParameterError as error:
+            if name in reasons and name in theirs and _accepts(theirs[name], params[name]):
+                raise InvalidParameterError(f"{error} {reasons[name]}") from None
+            raise
+    combinations = getattr(estimator, "_check_param_combinations", None)
+    if combinations is not None:
+        combinations()
+
+
+def _accepts(constraints: list, value) -> bool:
+    try:
+        validate_parameter_constraints({"p": constraints}, {"p": value}, caller_name="")
+    except InvalidParameterError:
+        return False
+    return True
+
+
+def reject(estimator, name: str, must_be: str, why: str) -> InvalidParameterError:
+    """scikit-learn's wording for a value that passes the constraints alone but not with
+    the other parameters: ``The 'name' parameter of Est must be <must_be>. Got v instead.``
+    followed by ``why``."""
+    value = getattr(estimator, name)
+    return InvalidParameterError(
+        f"The {name!r} parameter of {type(estimator).__name__} must be {must_be}. "
+        f"Got {value!r} instead. {why}"
+    )
 
 
 def check_sample_weight(sample_weight, n_samples: int) -> np.ndarray:

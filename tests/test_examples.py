@@ -1,9 +1,10 @@
 """The notebooks in examples/ run from top to bottom, and show what they say they show.
 
-Each notebook is executed once; its outputs are then read back: no error, figures that are not
-blank, progress bars (their widgets' final state, which nbclient stores in the notebook's
-metadata) that ended complete, and the plotted data that a cell tagged ``figure-data`` prints
-as JSON.
+Each notebook is executed once, followed by a probe cell of this module (the notebooks are
+saved with their outputs and without test code); its outputs are then read back: no error,
+figures that are not blank, progress bars (their widgets' final state, which nbclient stores in
+the notebook's metadata) that ended complete, and the plotted data that the probe prints as
+JSON.
 """
 
 from __future__ import annotations
@@ -23,9 +24,54 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.ip
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 
+#: Per notebook, the probe run after its last cell: it prints, as JSON, what the notebook's
+#: figures and fits hold.
+PROBES = {
+    "straggler.ipynb": """
+import json
+print(json.dumps({
+    "lines": {line.get_label(): len(line.get_xdata()) for line in ax_obj.get_lines()},
+    "rounds": {"BSP": fits["bsp"].n_iter, "A-BSP": fits["absp"].n_iter},
+    "heat_map": list(ax_rows.get_images()[0].get_array().shape),
+    "partitions": fits["absp"].history.sizes["partition"],
+    "harvest_marks": len(ax_rows.collections[0].get_offsets()),
+    "harvested": int(fits["absp"].history.harvested.sum()),
+    "bsp_harvested": int(fits["bsp"].history.harvested.sum()),
+}))
+""",
+    "pipeline_grid_search.ipynb": """
+import json
+print(json.dumps({
+    "fits": len(results) * search.n_splits_ + 1,
+    "lines": [len(line.get_xdata()) for line in ax.get_lines()],
+    "best_rounds": int(best.n_iter_[0]),
+    "rounds_scored": None if scores is None else len(scores),
+    "rounds_monitored": None if scores is None else int(clf.n_iter_[0]),
+}))
+""",
+    "estimators.ipynb": """
+import json
+print(json.dumps({
+    "lines": {line.get_label(): len(line.get_xdata()) for line in ax_obj.get_lines()},
+    "rounds": {"BSP": int(straggled["bsp"].n_iter_[0]),
+               "A-BSP": int(straggled["absp"].n_iter_[0])},
+    "coef_gap": max(float(np.abs(fits[s].coef_ - sk.coef_).max()) for s in fits),
+    "inertia_ratio": float(km.inertia_ / sk_km.inertia_),
+    "harvested": int(straggled["absp"].history_.harvested.sum()),
+    "ignored_change": float(np.abs(same.coef_ - fits["bsp"].coef_).max()),
+}))
+""",
+}
+
+
 @pytest.fixture(scope="module", params=NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def executed(request, tmp_path_factory):
     nb = nbformat.read(request.param, as_version=4)
+    assert not any("figure-data" in c.get("metadata", {}).get("tags", []) for c in nb.cells), \
+        "test code belongs in PROBES, not in the notebook"
+    probe = nbformat.v4.new_code_cell(PROBES[request.param.name],
+                                      metadata={"tags": ["figure-data"]})
+    nb.cells.append(probe)
     path = tmp_path_factory.mktemp(request.param.stem)
     nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
                             resources={"metadata": {"path": str(path)}}).execute()
@@ -87,6 +133,7 @@ def test_notebook_shows_what_it_says(executed):
         assert data["lines"] == data["rounds"]
         assert data["heat_map"] == [data["partitions"], data["rounds"]["A-BSP"]]
         assert data["harvest_marks"] == data["harvested"] > 0
+        assert data["bsp_harvested"] == 0
         assert [b["value"] for b in bars] == [data["rounds"]["BSP"], data["rounds"]["A-BSP"]]
         stdout = "".join(o.get("text", "") for _, o in outputs(nb, "stream"))
         assert "dashboard: http://" in stdout
@@ -97,5 +144,26 @@ def test_notebook_shows_what_it_says(executed):
         assert data["lines"] == [data["best_rounds"]]
         if data["rounds_scored"] is not None:  # scikit-learn >= 1.9: a score per round
             assert data["rounds_scored"] == data["rounds_monitored"] >= 1
+    elif name == "estimators.ipynb":
+        # BSP and A-BSP with the straggler on one axis, a point per round; both syncs at
+        # scikit-learn's optimum; k-means as good as scikit-learn's; ignored parameters
+        # change nothing; the straggler was harvested.
+        assert data["lines"] == data["rounds"]
+        assert data["coef_gap"] < 1e-2  # scikit-learn stops at its own tol
+        assert data["inertia_ratio"] < 1.01
+        assert data["ignored_change"] < 1e-8
+        assert data["harvested"] > 0
+        assert len(bars) == 4
     else:
         pytest.fail(f"say what {name} must show")
+
+
+def test_saved_notebooks_have_their_outputs_and_no_test_code():
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        # executed in order from the top, outputs kept
+        assert [c.get("execution_count") for c in code] == list(range(1, len(code) + 1)), \
+            f"{path.name}: run it from the top and save it with its outputs"
+        assert any(c.get("outputs") for c in code), path.name
+        assert not any(c.source.lstrip().startswith("assert") for c in code), path.name

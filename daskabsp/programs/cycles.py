@@ -34,7 +34,19 @@ from .base import PartitionStats
 @dataclass
 class RoundStats:
     """What a cycle-aware program's :meth:`combine_round` returns: the sum over the round's
-    counted partitions and the per-partition pieces."""
+    counted partitions and the per-partition pieces.
+
+    Attributes
+    ----------
+    total : ndarray
+        The statistics summed over the round's counted partitions.
+    parts : list of PartitionStats
+        Each counted partition's statistics and the rows they cover.
+    rows : int
+        Rows counted in the round.
+    cache : dict
+        Per-round scratch space (e.g. an analysis shared by ``objective`` and ``update``).
+    """
 
     total: np.ndarray
     parts: list[PartitionStats]
@@ -78,6 +90,12 @@ class CycleLedger:
 
     The ledger is immutable: :meth:`add` returns a new ledger, so a program can evaluate a
     round (e.g. its objective) before committing it to its state.
+
+    Attributes
+    ----------
+    tracks : tuple of (int, track) pairs
+        Per partition index, its pieces of the last complete pass and of the pass in
+        progress (internal; build a ledger empty and :meth:`add` rounds to it).
     """
 
     tracks: tuple[tuple[int, _Track], ...] = ()

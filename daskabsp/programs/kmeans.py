@@ -16,7 +16,22 @@ _HEAD = 3
 
 
 def squared_distances(X, centers: np.ndarray, center_norms: np.ndarray | None = None):
-    """Squared Euclidean distances of the rows of a dense or CSR ``X`` to ``centers``."""
+    """Squared Euclidean distances of the rows of a dense or CSR ``X`` to ``centers``.
+
+    Parameters
+    ----------
+    X : ndarray or scipy.sparse.csr_matrix of shape (n_rows, n_features)
+        The rows.
+    centers : ndarray of shape (n_centers, n_features)
+        The centers.
+    center_norms : ndarray of shape (n_centers,), default=None
+        The centers' squared norms, when the caller has them already.
+
+    Returns
+    -------
+    ndarray of shape (n_rows, n_centers)
+        Squared distances (rounding below zero clipped to zero).
+    """
     if center_norms is None:
         center_norms = np.einsum("ij,ij->i", centers, centers)
     if sp.issparse(X):

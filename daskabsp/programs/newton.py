@@ -136,6 +136,17 @@ def hessian_limit(n_rows: int) -> int:
     Newton rounds and over 100 L-BFGS ones. The limit keeps the Hessian while its work stays
     under :data:`HESSIAN_WORK` per round, always for blocks of at most :data:`MIN_HESSIAN`
     parameters, and never above :data:`MAX_HESSIAN`.
+
+    Parameters
+    ----------
+    n_rows : int
+        Rows of the data (all partitions).
+
+    Returns
+    -------
+    int
+        The largest number of parameters per block fitted with the full Hessian; larger
+        blocks take L-BFGS steps from Hessian-vector products.
     """
     return int(min(MAX_HESSIAN, max(MIN_HESSIAN, math.sqrt(HESSIAN_WORK / max(n_rows, 1)))))
 
