@@ -141,8 +141,19 @@ def place(X, y=None, sample_weight=None, *, n_partitions: int | None = None,
 
 def place_async(X, y=None, sample_weight=None, *, n_partitions: int | None = None,
                 client: distributed.Client | None = None) -> Coroutine[Any, Any, PlacedData]:
-    """:func:`place` as a coroutine, to await on an asynchronous client's event loop (the
-    arguments are checked when this is called)."""
+    """:func:`place` as a coroutine, to await on an asynchronous client's event loop.
+
+    Parameters
+    ----------
+    X, y, sample_weight, n_partitions, client
+        As for :func:`place` (``client`` must be asynchronous). They are checked when this
+        is called, before anything is submitted.
+
+    Returns
+    -------
+    coroutine
+        Awaiting it gives the :class:`PlacedData`.
+    """
     coro, client = _placing(X, y, sample_weight, n_partitions, client)
     if not client.asynchronous:
         coro.close()
@@ -259,8 +270,18 @@ def fit(program: Program, X, y=None, *, sample_weight=None, sync: str | Policy =
 def fit_async(program: Program, X, y=None, **kwargs: Any) -> Coroutine[Any, Any, FitResult]:
     """:func:`fit` as a coroutine, to await on an asynchronous client's event loop.
 
-    Takes the arguments of :func:`fit`; the arguments are checked (and a bad one raises)
-    when this is called, before the coroutine is awaited.
+    Parameters
+    ----------
+    program, X, y
+        As for :func:`fit`.
+    **kwargs
+        The keyword arguments of :func:`fit` (its ``client`` must be asynchronous). All are
+        checked when this is called, before anything is submitted.
+
+    Returns
+    -------
+    coroutine
+        Awaiting it gives the :class:`FitResult`.
     """
     run = _prepare(program, X, y, **kwargs)
     if not run.client.asynchronous:

@@ -129,10 +129,12 @@ class ABSP(Policy):
     grace : float in [0, 1), default=0.1
         A stopped partition with at most this share of its quota left finishes it anyway:
         a round without a straggler then counts every row, at the price of waiting at most
-        this share of a scan.
+        this share of a scan. A round whose workers are expected (from their last measured
+        rates) to finish within this share of each other is not stopped at all.
 
-    :meth:`published` gives A-BSP as published (no helpers, a quorum of partitions, no
-    grace).
+    See Also
+    --------
+    ABSP.published : A-BSP as published (no helpers, a quorum of partitions, no grace).
 
     References
     ----------

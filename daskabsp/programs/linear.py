@@ -117,7 +117,7 @@ class LinearNewton(NewtonProgram):
         less in practice.
     n_blocks : int, default=1
         Number of one-vs-rest problems.
-    l2, l2_intercept, fit_intercept, tol, max_hessian
+    l2, l2_intercept, fit_intercept, tol, max_hessian, hessian_stride
         See :class:`~daskabsp.programs.newton.NewtonProgram`.
     """
 
