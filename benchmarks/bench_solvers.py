@@ -67,6 +67,7 @@ from daskabsp.estimators import LinearSVC, LogisticRegression, Ridge
 from daskabsp.programs import LinearNewton, MultinomialNewton, hessian_limit
 from daskabsp.programs.linear import DIAGONAL_STRIDE
 from daskabsp.programs.newton import NEWTON_ROUNDS, ROUND_OVERHEAD, choose_stride
+from daskabsp.runtime import run_partition
 
 TIME_TARGET = 1.2
 SPARK_TARGET = 2.0
@@ -392,7 +393,7 @@ def scan_and_floor(piece, prog, K, theta, probe, repeats: int, stride: int) -> d
                 if kind == "floor":
                     out["floor"].append(floor_pass(prog, K, theta, probe, X, y))
                     continue
-                res = daskabsp.run_partition(prog, params, X, y, None, round_id="profile",
+                res = run_partition(prog, params, X, y, None, round_id="profile",
                                              cursor=0, quota=X.shape[0],
                                              chunk_target=chunk_target(prog, theta))
                 out["scan"].append(res.compute_seconds)

@@ -166,77 +166,86 @@ def run_partition(
     t_start = time.time()
     flag, slowdown, address = _worker_context(round_id)
     is_set = flag.is_set
-    n = X.shape[0]
-    acc = program.new_stats(params)
-    params = program.prepare(params)
-    accumulate = program.accumulate
-    perf_counter = time.perf_counter
-    sleep = time.sleep
-    extra = slowdown - 1.0
-    split = bool(getattr(program, "split_at_wrap", False))
-    head = None
-    pos, done = cursor, 0
-    c0 = perf_counter()
-
+    scan = _Scan(program, params, X, y, sample_weight, cursor, slowdown)
+    c0 = time.perf_counter()
     if chunk_rows is None and quota > 0 and not is_set():
-        # Calibration: a timed probe chunk sizes the rest. On CSR a probe far shorter than
-        # the target mostly measures fixed per-chunk costs (building the row view) and would
-        # size chunks ~3x too small, so one chunk of the estimated size is timed too.
         target = chunk_target if chunk_target is not None else config.seconds("chunk-target")
-        size = int(config.get("probe-rows"))
-        for _ in range(2 if sp.issparse(X) else 1):
-            stop = min(pos + size, n, pos + quota - done)
-            t0 = perf_counter()
-            accumulate(acc, params, _rows(X, pos, stop), _rows(y, pos, stop),
-                       _rows(sample_weight, pos, stop))
-            if extra > 0:
-                sleep(extra * (perf_counter() - t0))
-            elapsed = perf_counter() - t0
-            size = max(1, int((stop - pos) * target / max(elapsed, 1e-7)))
-            done += stop - pos
-            pos = stop if stop < n else 0
-            if split and pos == 0:
-                head = acc.copy()
-            if elapsed >= target / 4 or done >= quota or is_set():
-                break
-        chunk_rows = size
+        chunk_rows = _calibrate(scan, quota, target, is_set, sp.issparse(X))
     step = chunk_rows or 1  # calibration is skipped only when nothing is to be scanned
 
     # The hot loop: no locks, no I/O, no allocation beyond the program's own temporaries.
-    while done < quota:
-        if is_set() and quota - done > grace_rows:
+    chunk = scan.chunk
+    while scan.done < quota:
+        if is_set() and quota - scan.done > grace_rows:
             break
-        stop = min(pos + step, n, pos + quota - done)
-        if extra > 0:
-            t0 = perf_counter()
-            accumulate(acc, params, _rows(X, pos, stop), _rows(y, pos, stop),
-                       _rows(sample_weight, pos, stop))
-            sleep(extra * (perf_counter() - t0))
-        else:
-            accumulate(acc, params, _rows(X, pos, stop), _rows(y, pos, stop),
-                       _rows(sample_weight, pos, stop))
-        done += stop - pos
-        if stop < n:
-            pos = stop
-        else:
-            pos = 0
-            if split:  # chunks never cross the last row, and a scan wraps at most once
-                head = acc.copy()
+        chunk(min(step, quota - scan.done))
 
-    if ends_round and done >= quota and flag is not _NEVER:
+    if ends_round and scan.done >= quota and flag is not _NEVER:
         flag.set()
     return PartialResult(
-        stats=acc,
-        rows=done,
-        cursor=pos,
-        stopped=done < quota,
-        compute_seconds=perf_counter() - c0,
+        stats=scan.acc,
+        rows=scan.done,
+        cursor=scan.pos,
+        stopped=scan.done < quota,
+        compute_seconds=time.perf_counter() - c0,
         start=t_start,
         stop=time.time(),
         worker=address,
         chunk_rows=chunk_rows or 0,
-        stats_before_wrap=head,
+        stats_before_wrap=scan.head,
     )
+
+
+class _Scan:
+    """One partition's cyclic scan: where it is, and the statistics of the rows it saw."""
+
+    __slots__ = ("X", "acc", "accumulate", "done", "extra", "head", "n", "params", "pos",
+                 "split", "sw", "y")
+
+    def __init__(self, program, params, X, y, sample_weight, cursor: int,
+                 slowdown: float) -> None:
+        self.X, self.y, self.sw, self.n = X, y, sample_weight, X.shape[0]
+        self.acc = program.new_stats(params)
+        self.params = program.prepare(params)
+        self.accumulate = program.accumulate
+        self.extra = slowdown - 1.0
+        self.split = bool(getattr(program, "split_at_wrap", False))
+        self.pos, self.done, self.head = cursor, 0, None
+
+    def chunk(self, rows: int) -> float:
+        """Add the next ``rows`` rows (fewer at the partition's last row, where a chunk
+        ends: a scan wraps at most once); return the seconds it took, emulated slowness
+        included."""
+        pos = self.pos
+        stop = min(pos + rows, self.n)
+        t0 = time.perf_counter()
+        self.accumulate(self.acc, self.params, _rows(self.X, pos, stop),
+                        _rows(self.y, pos, stop), _rows(self.sw, pos, stop))
+        if self.extra > 0:
+            time.sleep(self.extra * (time.perf_counter() - t0))
+        self.done += stop - pos
+        if stop < self.n:
+            self.pos = stop
+        else:
+            self.pos = 0
+            if self.split:  # the statistics from the cursor to the last row
+                self.head = self.acc.copy()
+        return time.perf_counter() - t0
+
+
+def _calibrate(scan: _Scan, quota: int, target: float, is_set, sparse: bool) -> int:
+    """Scan a timed probe chunk (``daskabsp.probe-rows`` rows) and return the rows per chunk
+    that take ``target`` seconds. On CSR a probe far shorter than the target mostly measures
+    fixed per-chunk costs (building the row view) and would size chunks ~3x too small, so
+    one chunk of the estimated size is timed too."""
+    size = int(config.get("probe-rows"))
+    for _ in range(2 if sparse else 1):
+        rows = min(size, scan.n - scan.pos, quota - scan.done)
+        elapsed = scan.chunk(rows)
+        size = max(1, int(rows * target / max(elapsed, 1e-7)))
+        if elapsed >= target / 4 or scan.done >= quota or is_set():
+            break
+    return size
 
 
 def run_pieces(program, params, pieces, *, round_id: str,

@@ -24,6 +24,7 @@ from daskabsp.programs.newton import (
     NewtonState,
     choose_stride,
 )
+from daskabsp.runtime import run_partition
 
 GAP = 1e-6
 
@@ -96,7 +97,7 @@ def test_task_statistics_carry_their_cost():
     y = (rng.random(20_000) < 0.5).astype(np.float64)
     prog = LinearNewton(l2=1e-3)
     theta = np.zeros((1, 31))
-    res = daskabsp.run_partition(prog, (theta, 0.0, None), X, y, None, round_id="t",
+    res = run_partition(prog, (theta, 0.0, None), X, y, None, round_id="t",
                                  cursor=0, quota=20_000, chunk_rows=2_000)
     grad, curv = res.stats[2], res.stats[3]
     assert grad > 0 and curv > 0

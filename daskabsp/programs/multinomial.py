@@ -15,6 +15,29 @@ from .linear import add_transposed_product, diagonal_sums
 from .newton import _HEAD, NewtonProgram, NewtonState
 
 
+def _softmax_terms(Z: np.ndarray, y: np.ndarray, sample_weight):
+    """Per row, the class probabilities ``P`` (softmax of the scores ``Z``), the loss
+    ``log sum exp(z) - z_y``, and the score-space gradient ``G`` (``P`` less the label's
+    indicator, weighted)."""
+    rows = np.arange(Z.shape[0])
+    yi = y.astype(np.intp)
+    zy = Z[rows, yi]
+    # logsumexp by hand: scipy's costs twice this in the hot loop
+    zmax = Z.max(axis=1)
+    P = Z - zmax[:, None]
+    np.exp(P, out=P)
+    psum = P.sum(axis=1)
+    P /= psum[:, None]
+    lv = np.log(psum)
+    lv += zmax
+    lv -= zy
+    G = P.copy()
+    G[rows, yi] -= 1.0
+    if sample_weight is not None:
+        G *= sample_weight[:, None]
+    return P, lv, G
+
+
 @dataclass
 class MultinomialNewton(NewtonProgram):
     """Softmax regression over ``n_classes`` classes, by trust-region Newton.
@@ -93,69 +116,64 @@ class MultinomialNewton(NewtonProgram):
     def accumulate(self, acc, params, X, y, sample_weight) -> None:
         tp = self.prepare(params)
         t0 = time.perf_counter()
-        theta, probe = tp.theta, tp.probe
         K = self.n_classes
-        p = theta.shape[1] // K
-        n = X.shape[0]
         Z = self.scores(tp, X)
-        if probe is not None:
+        V = None
+        if tp.probe is not None:
             Z, V = Z[:, :K], Z[:, K:]
-        rows = np.arange(n)
-        yi = y.astype(np.intp)
-        zy = Z[rows, yi]
-        # logsumexp by hand: scipy's costs twice this in the hot loop
-        zmax = Z.max(axis=1)
-        P = Z - zmax[:, None]
-        np.exp(P, out=P)
-        psum = P.sum(axis=1)
-        P /= psum[:, None]
-        lv = np.log(psum)
-        lv += zmax
-        lv -= zy
-        weighted = sample_weight is not None
+        P, lv, G = _softmax_terms(Z, y, sample_weight)
+        n = X.shape[0]
         acc[0] += n
-        acc[1] += sample_weight.sum() if weighted else n
-        wl = lv * sample_weight if weighted else lv
-        G = P.copy()
-        G[rows, yi] -= 1.0
-        if weighted:
-            G *= sample_weight[:, None]
-        d = X.shape[1]
-        sP = P * sample_weight[:, None] if weighted else P
+        acc[1] += sample_weight.sum() if sample_weight is not None else n
+        wl = lv * sample_weight if sample_weight is not None else lv
         if tp.lbfgs:
-            # Row i's Hessian times the probe, in score space: s_i (P_i * v_i - P_i (P_i . v_i)),
-            # from the same product with X as the gradient.
-            U = None if probe is None else sP * (V - (P * V).sum(axis=1, keepdims=True))
-            head, Gf, Df, Vf = self._lbfgs_views(acc, p)
-            head[0] += wl.sum()
-            head[1] += wl @ lv
-            head[2] += wl.sum()
-            if sp.issparse(X):
-                add_transposed_product(Gf[:d], X, G)
-                if U is not None:
-                    add_transposed_product(Vf[:d], X, U)
-            elif U is None:
-                Gf[:d] += X.T @ G
-            else:
-                GU = X.T @ np.hstack([G, U])
-                Gf[:d] += GU[:, :K]
-                Vf[:d] += GU[:, K:]
-            if self.fit_intercept:
-                Gf[d] += G.sum(axis=0)
-                if U is not None:
-                    Vf[d] += U.sum(axis=0)
-            t1 = time.perf_counter()
-            acc[2] += t1 - t0
-            Dm = sP * (1.0 - P)
-            if sp.issparse(X):
-                add_transposed_product(Df[:d], X, Dm, squared=True)
-            else:
-                Df[:d] += diagonal_sums(X, Dm)
-            if self.fit_intercept:
-                Df[d] += Dm.sum(axis=0)
-            acc[3] += time.perf_counter() - t1
-            return
-        ((loss, sq, rep, grad, hess),) = self.block_views(acc, theta)
+            self._add_lbfgs(acc, tp, X, P, G, V, wl, lv, sample_weight, t0)
+        else:
+            self._add_full(acc, tp, X, P, G, wl, lv, sample_weight, t0)
+
+    def _add_lbfgs(self, acc, tp, X, P, G, V, wl, lv, sample_weight, t0: float) -> None:
+        """A chunk's loss sums, gradient, Hessian diagonal and (with a probe ``V``, the
+        scores of the probe direction) Hessian-vector product, for L-BFGS steps."""
+        K, d = self.n_classes, X.shape[1]
+        sP = P * sample_weight[:, None] if sample_weight is not None else P
+        # Row i's Hessian times the probe, in score space: s_i (P_i * v_i - P_i (P_i . v_i)),
+        # from the same product with X as the gradient.
+        U = None if V is None else sP * (V - (P * V).sum(axis=1, keepdims=True))
+        head, Gf, Df, Vf = self._lbfgs_views(acc, tp.theta.shape[1] // K)
+        head[0] += wl.sum()
+        head[1] += wl @ lv
+        head[2] += wl.sum()
+        if sp.issparse(X):
+            add_transposed_product(Gf[:d], X, G)
+            if U is not None:
+                add_transposed_product(Vf[:d], X, U)
+        elif U is None:
+            Gf[:d] += X.T @ G
+        else:
+            GU = X.T @ np.hstack([G, U])
+            Gf[:d] += GU[:, :K]
+            Vf[:d] += GU[:, K:]
+        if self.fit_intercept:
+            Gf[d] += G.sum(axis=0)
+            if U is not None:
+                Vf[d] += U.sum(axis=0)
+        t1 = time.perf_counter()
+        acc[2] += t1 - t0
+        Dm = sP * (1.0 - P)
+        if sp.issparse(X):
+            add_transposed_product(Df[:d], X, Dm, squared=True)
+        else:
+            Df[:d] += diagonal_sums(X, Dm)
+        if self.fit_intercept:
+            Df[d] += Dm.sum(axis=0)
+        acc[3] += time.perf_counter() - t1
+
+    def _add_full(self, acc, tp, X, P, G, wl, lv, sample_weight, t0: float) -> None:
+        """A chunk's loss sums, gradient and full Hessian (from one row in ``tp.stride``,
+        weighted up to the chunk, when the Hessian is sub-sampled)."""
+        K, n, d = self.n_classes, X.shape[0], X.shape[1]
+        ((loss, sq, rep, grad, hess),) = self.block_views(acc, tp.theta)
+        p = tp.theta.shape[1] // K
         loss[0] += wl.sum()
         sq[0] += wl @ lv
         rep[0] += wl.sum()
@@ -165,7 +183,7 @@ class MultinomialNewton(NewtonProgram):
         g[:, :d] += np.asarray(X.T @ G).T
         t1 = time.perf_counter()
         acc[2] += t1 - t0
-        s = sample_weight if weighted else np.ones(n)
+        s = sample_weight if sample_weight is not None else np.ones(n)
         if tp.stride > 1:
             # A sub-sampled Hessian: rows offset, offset + stride, ... weighted up to the chunk.
             rows = slice(tp.offset, None, tp.stride)
@@ -173,8 +191,8 @@ class MultinomialNewton(NewtonProgram):
             if X.shape[0] == 0:
                 return
             s = s * (n / X.shape[0])
-            sP = P * s[:, None]
             n = X.shape[0]
+        sP = P * s[:, None]
         Xt = X.toarray() if sp.issparse(X) else X
         if self.fit_intercept:
             Xt = np.hstack([Xt, np.ones((n, 1))])
