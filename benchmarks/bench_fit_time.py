@@ -316,7 +316,8 @@ def main() -> None:
                          "seconds": [f["seconds"] for f in fs],
                          "to_target": [f["to_target"] for f in fs],
                          "rounds": [f["rounds"] for f in fs],
-                         "returned": [f["returned"] for f in fs]}
+                         "returned": [f["returned"] for f in fs],
+                         "unfrozen": fs[0].get("unfrozen", []) if fs else []}
                         for s, fs in fits.items()]
                 print(f"-- {name} {scenario} {n} workers done", flush=True)
     print(f"\nFit time: est.fit(X, y) at default parameters, workers x 1 thread (frozen: 3), "
