@@ -34,7 +34,9 @@ def test_sphinx_build_passes_with_warnings_as_errors(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
          "-d", str(tmp_path / "doctrees"), str(DOCS), str(tmp_path / "html")],
-        capture_output=True, text=True, cwd=ROOT, timeout=600)
+        # Not from the repository root: ``python -m`` puts the working directory first on the
+        # path, where the source daskabsp/ (without estimators/) would shadow the installed one.
+        capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-10000:]
     html = tmp_path / "html"
     assert (html / "index.html").exists()

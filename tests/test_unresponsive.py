@@ -126,6 +126,46 @@ def test_placement_goes_around_a_frozen_worker():
         assert client.run_on_scheduler(_processing) == []
 
 
+def _silent_for(address: str, dask_scheduler=None) -> float:
+    return time.time() - dask_scheduler.workers[address].last_seen
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs POSIX signals")
+def test_rows_placed_on_a_worker_silent_before_the_fit_are_placed_again():
+    """Rows placed with :func:`daskabsp.place`, then their worker freezes before the fit
+    starts: the fit finds it silent, places its partition again from the rows it was given
+    (a task elsewhere would wait to fetch them for as long as the freeze lasts) and ends
+    while the worker is still stopped."""
+    X, y, program = _problem(30_000, 10, 5)
+    with _cluster(3, "1s") as client:
+        placed = daskabsp.place(X, y, n_partitions=3)
+        pids = client.run(os.getpid)
+        frozen = sorted(pids)[0]
+        assert client.has_what()[frozen]  # (3 partitions dealt over 3 workers)
+        resumed: list[bool] = []
+
+        def resume():
+            resumed.append(True)
+            os.kill(pids[frozen], signal.SIGCONT)
+
+        os.kill(pids[frozen], signal.SIGSTOP)
+        safety = threading.Timer(120, resume)  # a fit that waits for the worker ends then
+        safety.start()
+        try:
+            while client.run_on_scheduler(_silent_for, frozen) < 1.5:
+                pass  # until the scheduler has not heard from it for unresponsive-after
+            res = daskabsp.fit(program, placed, sync="absp", max_iter=50, tol=None)
+            still_stopped = not resumed
+        finally:
+            safety.cancel()
+            if not resumed:
+                resume()
+        assert still_stopped
+        assert (res.history.worker_rows.sel(address=frozen).values == 0).all()
+        ref = daskabsp.fit(program, X, y, sync="bsp", max_iter=50, tol=None, n_partitions=3)
+        np.testing.assert_allclose(res.coef, ref.coef, rtol=1e-4, atol=1e-6)
+
+
 @pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs POSIX signals")
 def test_a_cluster_held_up_as_a_whole_is_waited_for():
     """Every worker silent at once (as when all of them import the modules of a fit's first

@@ -23,7 +23,7 @@ from ..protocol import RoundId
 from ..runtime import PartialResult
 from .helpers import Helped, HelperPhase
 from .link import ScanTask
-from .membership import Membership, balance
+from .membership import Membership
 from .observe import RoundRecord
 from .plan import Outcome, RoundPlan, plan_round, settle, spread
 
@@ -87,7 +87,7 @@ class RoundLoop:
         """Who the workers are, where each partition runs, and the helpers' prices."""
         fit, placement = self.fit, self.placement
         self.membership = await Membership.start(fit.link)
-        placement.owner = balance(await placement.locations(), self.membership.threads)
+        await self.membership.assign(placement)
         if fit.policy.helped and int(config.get("replicas")) > 0:
             self.helpers = HelperPhase(len(placement), await placement.copy_seconds(),
                                        fit.options.chunk_target, fit.program.combine)

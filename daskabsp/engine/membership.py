@@ -83,6 +83,15 @@ class Membership:
         threads = await link.threads()
         return cls(threads, await link.silent(threads))
 
+    async def assign(self, placement: Placement) -> None:
+        """The partitions' first owners: balanced over the live workers from where their rows
+        are; those only silent workers hold (a worker that froze after they were placed)
+        placed again, as after a round."""
+        placement.owner = balance(await placement.locations(), self.threads)
+        stranded = await placement.held_only_by(self.silent) if self.silent else set()
+        if stranded:
+            await placement.reassign(placement.owner, {}, stranded, self.silent)
+
     def poll(self, link: Link) -> None:
         """Ask who the workers are, at most once per interval, while a round runs."""
         if self._query is None and time.perf_counter() >= self._next:
@@ -100,11 +109,13 @@ class Membership:
                           late: Mapping[int, str], r: int) -> None:
         """After round ``r`` (partition ``p``'s task ran on ``ran_on[p]``; ``late``: the
         partitions given up on, and their worker): who is alive and answering (workers given
-        up on join the silent, those heard from again leave them); partitions re-balanced
-        over the live workers, and those only silent workers hold moved to a copy or placed
-        again."""
-        live = await self._members(link, moved=ran_on != placement.owner)
-        gone = set(late.values()) | self.lost_helpers
+        up on, or not heard from, join the silent; those heard from again leave them);
+        partitions re-balanced over the live workers, and those only silent workers hold
+        moved to a copy or placed again."""
+        live, quiet = await self._members(link, moved=ran_on != placement.owner)
+        # Not only the workers a round gave up on: a worker can freeze holding a partition
+        # whose task runs elsewhere (waiting to fetch its rows, so reported idle every round).
+        gone = set(late.values()) | self.lost_helpers | quiet
         newly = gone - self.silent
         self.silent |= gone
         self.lost_helpers = set()
@@ -122,18 +133,19 @@ class Membership:
         owner, promoted = reassign(ran_on, live, stranded, copies)
         await placement.reassign(owner, promoted, stranded, self.silent)
 
-    async def _members(self, link: Link, *, moved: bool) -> dict[str, int]:
-        """The cluster's workers now if asked this round (or if a partition ran off its
-        owner), and then whether silent workers answer again; else those known."""
+    async def _members(self, link: Link, *, moved: bool) -> tuple[dict[str, int], set[str]]:
+        """The cluster's workers now and those of them not heard from, if asked this round
+        (or if a partition ran off its owner); else those known, and none newly silent.
+        Silent workers heard from again leave the silent."""
         query, self._query = self._query, None
         if query is None and moved:
             query = asyncio.ensure_future(link.threads())
         if query is None:
-            return self.threads
+            return self.threads, set()
         live = await query
-        if self.silent:
-            self.silent &= await link.silent(self.silent)
-        return live
+        quiet = await link.silent(set(live) | self.silent)
+        self.silent &= quiet
+        return live, quiet
 
 
 def _retrieve(task: asyncio.Future) -> None:
