@@ -187,6 +187,20 @@ class Persistent(Stragglers):
 
 
 @dataclass(frozen=True)
+class Fixed(Stragglers):
+    """The workers ``slow`` are ``factor`` times slower throughout (a benchmark's emulated
+    straggler: worker 0 holds partition 0)."""
+
+    slow: tuple[int, ...] = (0,)
+    factor: float = 4.0
+
+    def factors(self, seed: int, round: int, n_workers: int) -> np.ndarray:
+        out = np.ones(n_workers)
+        out[[w for w in self.slow if w < n_workers]] = self.factor
+        return out
+
+
+@dataclass(frozen=True)
 class Transient(Stragglers):
     """Each worker, independently each round, is ``factor`` times slower with ``probability``
     (garbage collection, a burst of other work)."""
@@ -293,19 +307,25 @@ class SimResult:
         """Each round's duration, start to applied update."""
         return np.asarray([r.end - r.start for r in self.rounds])
 
-    def time_to_rows(self, rows: float) -> float:
-        """When the rounds had counted ``rows`` rows in all (NaN if they never did)."""
+    def time_to_rows(self, rows: float, after: int = 0) -> float:
+        """Seconds from the start of round (update) ``after`` until the rounds from it on had
+        counted ``rows`` rows in all (NaN if they never did)."""
         done = 0
-        for r in sorted(self.rounds, key=lambda r: r.end):
+        logs = self.rounds[after:]
+        for r in logs:
             done += r.rows
             if done >= rows:
-                return r.end
+                return r.end - logs[0].start
         return math.nan
 
-    def time_per_epoch(self, epochs: int = 1) -> float:
-        """Seconds per epoch: the time to count ``epochs`` times the data's rows, over
-        ``epochs``."""
-        return self.time_to_rows(epochs * self.total_rows) / epochs
+    def time_per_epoch(self, after: int = 0) -> float:
+        """Seconds per epoch at the rate the rounds (updates) from ``after`` on counted rows:
+        their time over the data's rows counted in them."""
+        logs = self.rounds[after:]
+        rows = sum(r.rows for r in logs)
+        if not rows:
+            return math.nan
+        return (logs[-1].end - logs[0].start) * self.total_rows / rows
 
 
 # -- the cluster's servers ------------------------------------------------------------------
@@ -514,7 +534,8 @@ class RoundSim(_Base):
     submit and gather, nobody stopped)."""
 
     def __init__(self, policy: Policy, cluster: Cluster, costs: Costs, stragglers: Stragglers,
-                 seed: int = 0, *, engine: bool = True, log: bool = False) -> None:
+                 seed: int = 0, *, engine: bool = True, log: bool = False,
+                 spread_copies: bool = False) -> None:
         super().__init__(cluster, costs, stragglers, seed,
                          mode_name(policy) if engine else "plain", log)
         self.policy = policy if engine else BSP()
@@ -525,6 +546,8 @@ class RoundSim(_Base):
         self.rates = Rates(cluster.partitions)
         self.copies: list[list[str]] = [[] for _ in range(cluster.partitions)]
         self.copying: set[int] = set()
+        self.spread_copies = spread_copies
+        self.copies_on: Counter = Counter()  # copies made (or being made) per worker
         self.rent_due = [cluster.rows * costs.row_bytes / costs.copy_bandwidth] * len(sizes)
 
     def run(self, rounds: int, epochs: float | None = None) -> SimResult:
@@ -702,7 +725,11 @@ class RoundSim(_Base):
             for lo in leftovers) >= self.costs.help_above
 
     def _copy_stragglers(self, owned, quotas) -> None:
-        """Start a copy of each partition whose waits have paid for one (its rent)."""
+        """Start a copy of each partition whose waits have paid for one (its rent), to the
+        fastest worker without one, as the engine does (the engine's rates are noisy; here
+        equal speeds tie and the last name wins, so one worker takes them all, as the
+        measured-fastest one would); ``spread_copies``: to the fastest of those holding the
+        fewest copies (a what-if)."""
         left = {p: quotas[p] - res.rows for p, res in enumerate(owned)
                 if quotas[p] > res.rows and p not in self.copying}
         if not left:
@@ -717,9 +744,11 @@ class RoundSim(_Base):
             if free:
                 self.copying.add(p)
                 self.env.process(self._copy(p, max(free, key=lambda w, p=p: (
+                    -self.copies_on[w] if self.spread_copies else 0,
                     self.rates.rate(w, p), w))))
 
     def _copy(self, p: int, worker: str) -> Iterator:
+        self.copies_on[worker] += 1
         yield self.env.timeout(self.rent_due[p])
         self.copies[p].append(worker)
         self.copying.discard(p)
@@ -796,7 +825,8 @@ class ClockSim(_Base):
 
 def simulate(mode: str | Policy | SSP, cluster: Cluster, costs: Costs | None = None,
              stragglers: Stragglers | None = None, *, rounds: int = 20,
-             epochs: float | None = None, seed: int = 0, log: bool = False) -> SimResult:
+             epochs: float | None = None, seed: int = 0, log: bool = False,
+             spread_copies: bool = False) -> SimResult:
     """Simulate a fit's rounds.
 
     Parameters
@@ -818,6 +848,9 @@ def simulate(mode: str | Policy | SSP, cluster: Cluster, costs: Costs | None = N
         Seeds the stragglers.
     log : bool
         Keep every event in :attr:`SimResult.events`.
+    spread_copies : bool
+        A-BSP with helpers: copies go to the fastest of the workers holding the fewest copies
+        instead of to the fastest worker (a what-if; not what the engine does).
 
     Returns
     -------
@@ -833,4 +866,5 @@ def simulate(mode: str | Policy | SSP, cluster: Cluster, costs: Costs | None = N
     if not isinstance(mode, Policy):
         raise ValueError(f"The 'mode' parameter of simulate must be 'plain', a Policy or an SSP. "
                          f"Got {mode!r} instead.")
-    return RoundSim(mode, cluster, costs, stragglers, seed, log=log).run(rounds, epochs)
+    return RoundSim(mode, cluster, costs, stragglers, seed, log=log,
+                    spread_copies=spread_copies).run(rounds, epochs)
