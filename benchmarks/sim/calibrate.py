@@ -86,7 +86,7 @@ def loop_costs(client, args, rounds: int, blocks: int) -> dict:
         for b in range(blocks):
             for mode in MODES[b % 3:] + MODES[:b % 3]:
                 w0 = _worker_cpu(client)
-                t, c = run_mode(client, clock, data, mode, rounds)
+                t, c, _ = run_mode(client, clock, data, mode, rounds)
                 cpu[mode].append(c)
                 if mode == "plain":
                     wcpu.append((_worker_cpu(client) - w0) / ((rounds + 1) * P))
