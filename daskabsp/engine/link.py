@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -187,6 +188,11 @@ class Link:
         self.path = path
         self.in_flight: list[RoundId] = []  # the rounds whose tasks may be running
         self._halted: asyncio.Future | None = None
+        #: Seconds a wave of tasks (a round's own tasks, or its helpers') costs beyond its
+        #: longest task's scan, smoothed over the waves collected (None before the first):
+        #: what a second wave in the same round would add to it.
+        self.wave_overhead: float | None = None
+        self._submitted: dict[str, float] = {}  # round id -> when its wave was submitted
 
     @classmethod
     async def open(cls, client, fit_id: str, program) -> Link:
@@ -215,6 +221,7 @@ class Link:
         finished (0: never). Returns the futures in partition order."""
         prefix = rid.key_prefix(self.program.name)
         program = self.path.program(self.program)
+        self._submitted[str(rid)] = time.perf_counter()
         # the first task to finish ends the round: it stops the others on its worker at once
         ends = quorum == 1 and unit == "partitions"
         futs = {}
@@ -232,6 +239,7 @@ class Link:
         """One task per ``(worker, pieces)`` batch, scanning each piece's rows in turn
         (:func:`~daskabsp.runtime.run_pieces`); the round is never stopped."""
         prefix = rid.key_prefix(self.program.name)
+        self._submitted[str(rid)] = time.perf_counter()
         with self._annotated(rid, 0):
             return [self._submit("pieces", run_pieces, self.path.program(self.program),
                                  params, args, round_id=str(rid), chunk_target=chunk_target,
@@ -271,6 +279,31 @@ class Link:
     async def collect(self, futs: list[Future], rid: RoundId, cursors: list[int], *,
                       quorum: int, settle: bool) -> Collected:
         """Round ``rid``'s results, once it is stopped (at ``quorum``; 0: never) and settled.
+
+        With ``settle``, on the scheduler path, stop waiting once the scheduler says the round
+        has settled: a task still queued when the stop reached its worker computes nothing,
+        so it gets an idle result here (``cursors[i]``: where task ``i`` would have started)
+        and its future is released, usually before it runs; and tasks on a worker that went
+        silent are given up on (``late``)."""
+        got = await self._collect(futs, rid, cursors, quorum=quorum, settle=settle)
+        self._timed(str(rid), got.results)
+        return got
+
+    def _timed(self, rid: str, results: list) -> None:
+        """Take in the overhead of wave ``rid``: its time from submission to collected, less
+        its longest task's scan (a helpers' task scans its pieces one after another)."""
+        t0 = self._submitted.pop(rid, None)
+        if t0 is None:
+            return
+        scans = [sum(r.compute_seconds for r in res) if isinstance(res, list)
+                 else res.compute_seconds for res in results]
+        x = max(time.perf_counter() - t0 - max(scans, default=0.0), 0.0)
+        old = self.wave_overhead
+        self.wave_overhead = x if old is None else old + (x - old) / 3
+
+    async def _collect(self, futs: list[Future], rid: RoundId, cursors: list[int], *,
+                      quorum: int, settle: bool) -> Collected:
+        """:meth:`collect`, without the timing.
 
         With ``settle``, on the scheduler path, stop waiting once the scheduler says the round
         has settled: a task still queued when the stop reached its worker computes nothing,
