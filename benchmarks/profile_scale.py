@@ -18,11 +18,11 @@ import time
 from _common import local_cluster, logistic_data, parse_args, table, warm_up
 from bench_scale import engine_rounds, plain_rounds
 
-_profile: dict = {}
-
 
 def start_profile(dask_scheduler=None) -> float:
-    prof = _profile["p"] = cProfile.Profile()
+    """Start profiling the loop thread (kept on the scheduler: this function is pickled by
+    value when this script runs as ``__main__``, module globals with it)."""
+    prof = dask_scheduler.daskabsp_profile = cProfile.Profile()
     prof.enable()
     return time.thread_time()
 
@@ -30,7 +30,8 @@ def start_profile(dask_scheduler=None) -> float:
 def stop_profile(dask_scheduler=None) -> tuple[float, dict]:
     """Stop the loop thread's profile; ``(cpu seconds, {(file, line, func): (calls, own,
     cumulative)})``."""
-    prof = _profile.pop("p")
+    prof = dask_scheduler.daskabsp_profile
+    del dask_scheduler.daskabsp_profile
     prof.disable()
     stats = pstats.Stats(prof).stats
     return time.thread_time(), {f"{k[0]}:{k[1]}:{k[2]}": (v[1], v[2], v[3])
