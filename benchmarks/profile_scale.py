@@ -12,8 +12,10 @@ not a benchmark: cProfile inflates every call, so compare modes with each other.
 from __future__ import annotations
 
 import cProfile
+import json
 import pstats
 import time
+from pathlib import Path
 
 from _common import local_cluster, logistic_data, parse_args, table, warm_up
 from bench_scale import engine_rounds, plain_rounds
@@ -52,6 +54,7 @@ def add_options(p) -> None:
     p.add_argument("--features", type=int, default=10)
     p.add_argument("--modes", default="plain,bsp,absp")
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--dump", default=None, help="folder to write each mode's stats to (JSON)")
 
 
 def main() -> None:
@@ -69,6 +72,10 @@ def main() -> None:
             wall = time.perf_counter() - t0
             c1, stats = client.run_on_scheduler(stop_profile)
             _print(mode, n, rounds, wall, c1 - c0, stats, args.top)
+            if args.dump:
+                Path(args.dump).mkdir(parents=True, exist_ok=True)
+                (Path(args.dump) / f"{mode}-{n}.json").write_text(json.dumps(
+                    {"rounds": rounds, "wall": wall, "cpu": c1 - c0, "stats": stats}))
 
 
 def _run(client, data, mode: str, rounds: int) -> None:

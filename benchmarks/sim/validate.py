@@ -47,7 +47,7 @@ TARGET = 0.20
 
 def add_options(p) -> None:
     p.add_argument("--workers", default="2,4,8,16")
-    p.add_argument("--rows", type=int, default=100_000, help="rows per partition")
+    p.add_argument("--rows", type=int, default=1_000_000, help="rows per partition")
     p.add_argument("--features", type=int, default=10)
     p.add_argument("--slow", type=float, default=4.0)
     p.add_argument("--rounds", type=int, default=None)
