@@ -14,7 +14,8 @@ blocks as ``bench_scale.py`` runs them:
 * ``worker_task``: the workers' process CPU per task in the plain rounds;
 * ``row_seconds``: a partition scan (``run_partition``, LogisticGD) in this process, one
   BLAS thread, per row; ``update``: one LogisticGD update;
-* ``copy_bandwidth``: bytes per second of scattering a partition to a worker;
+* ``copy_bandwidth``: bytes per second of copying a partition from one worker to another, as
+  the engine copies a dask array's chunk for helpers;
 * ``stop_latency``: the scheduler seeing a round's first finish to a worker receiving the
   stop (A-BSP as published, one worker emulated ``--slow`` times slower);
 * ``latency``: half of what a plain round at one partition per worker takes beyond what the
@@ -49,6 +50,7 @@ from _common import (
 )
 from _sim import COSTS, save_costs
 from bench_scale import LoopClock, run_mode
+from distributed import futures_of, wait
 from threadpoolctl import threadpool_limits
 
 import daskabsp
@@ -124,16 +126,29 @@ def scan_costs(args) -> tuple[float, float]:
 
 
 def copy_bandwidth(client, args) -> float:
-    """Bytes per second of scattering one tiny partition's rows to a worker."""
-    X = np.random.default_rng(args.seed).standard_normal((args.rows * 10, args.features))
-    w = workers(client)[-1]
+    """Bytes per second of copying a partition's rows from one worker to another, as the
+    engine copies a dask array's chunk for helpers (a task on the target that returns it)."""
+    X, _ = logistic_data(client, 2 * 20 * args.rows, args.features, 2, args.seed)
+    chunk = futures_of(X)[0]
+    nbytes = client.run_on_scheduler(_nbytes, chunk.key)
+    src = client.who_has([chunk])[chunk.key][0]
+    dst = next(w for w in workers(client) if w != src)
     rates = []
     for _ in range(7):
         t0 = time.perf_counter()
-        fut = client.scatter(X, workers=[w], hash=False)
-        rates.append(X.nbytes / (time.perf_counter() - t0))
-        fut.release()
+        copy = client.submit(_same, chunk, workers=[dst], pure=False)
+        wait(copy)
+        rates.append(nbytes / (time.perf_counter() - t0))
+        copy.release()
     return float(np.median(rates))
+
+
+def _same(a):
+    return a
+
+
+def _nbytes(key, dask_scheduler=None) -> int:
+    return dask_scheduler.tasks[key].nbytes
 
 
 def stop_latency(client, args) -> float:
