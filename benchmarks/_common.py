@@ -156,13 +156,15 @@ def spread(s: dict, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
 
 @contextmanager
 def local_cluster(n_workers: int = 4, threads_per_worker: int = 1,
-                  event_loop: str | None = None) -> Iterator[Client]:
-    """A LocalCluster of worker processes (as the tests use) and a client on it, running the
-    ``event_loop`` (``distributed.admin.event-loop``; default: Dask's setting)."""
+                  event_loop: str | None = None, *, processes: bool = True) -> Iterator[Client]:
+    """A LocalCluster of worker processes (as the tests use; ``processes=False``: workers as
+    threads of this process) and a client on it, running the ``event_loop``
+    (``distributed.admin.event-loop``; default: Dask's setting)."""
     loop = {"distributed.admin.event-loop": event_loop} if event_loop else {}
     with dask.config.set(loop), \
             LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
-                         processes=True, dashboard_address=":0", memory_limit="4GiB") as cluster, \
+                         processes=processes, dashboard_address=":0",
+                         memory_limit="4GiB") as cluster, \
             Client(cluster) as client:
         client.wait_for_workers(n_workers)
         if event_loop == "uvloop":

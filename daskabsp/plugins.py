@@ -8,9 +8,9 @@ stop re-sent to its worker (a stolen one, to the worker that stole it). On the w
 stop sets a ``threading.Event`` per round, which partition tasks check between chunks. Dask's
 ``cancel`` is never used for this: it cannot stop a running task.
 
-The stop names the round's tasks on that worker; the worker answers with those that are not
-executing (``daskabsp-idle``). Such a task can compute nothing: the flag is set before it can
-start, and it checks the flag before its first row. The round is *settled* when each of its
+The stop names the round's tasks on that worker; the worker answers with those still queued
+there (``daskabsp-idle``), if any. Such a task can compute nothing: the flag is set before it
+can start, and it checks the flag before its first row. The round is *settled* when each of its
 tasks has either finished or been reported idle, and the driver (``daskabsp_settled``) stops
 waiting there instead of for idle tasks to be started only to return nothing.
 """
@@ -55,6 +55,9 @@ logger = logging.getLogger(__name__)
 
 PLUGIN_NAME = "daskabsp"
 
+#: Worker task states of a task that has not started: queued for a thread, or for its inputs.
+QUEUED = frozenset({"waiting", "ready", "constrained"})
+
 
 class AbspWorkerPlugin(WorkerPlugin):
     """Keeps the per-round stop flags of one worker and sets them when told to stop.
@@ -88,21 +91,25 @@ class AbspWorkerPlugin(WorkerPlugin):
             return ev
 
     def stop(self, rounds=(), keys=(), **kwargs: Any) -> None:
-        """Set the stop flags of ``rounds``; report which of ``keys`` are not executing.
+        """Set the stop flags of ``rounds``; report which of ``keys`` are queued here.
 
         Runs on the worker's event loop, where tasks also become ``executing``: a task that is
-        not executing now starts after its flag is set, so it will return without a row.
+        queued now starts after its flag is set, so it will return without a row. Keys that
+        have finished (their results are ahead of any report on this worker's stream) or
+        that are executing are not reported; a worker with nothing queued sends nothing.
         """
         for rid in rounds:
             self.flag(rid).set()
         state = getattr(self._worker, "state", None)
         if not (keys and rounds) or state is None:
             return
+        tasks = state.tasks
+        idle = [k for k in keys if k in tasks and tasks[k].state in QUEUED]
+        if not idle:
+            return
         running = {ts.key for ts in state.executing} | {ts.key for ts in state.long_running}
         busy = {k for k in keys if k in running}
-        if len(busy) == len(keys):
-            return
-        report = {"op": IDLE_OP, "round": rounds[0], "keys": [k for k in keys if k not in busy],
+        report = {"op": IDLE_OP, "round": rounds[0], "keys": idle,
                   # every thread held by other work: the round's tasks here wait for it
                   "occupied": not busy and len(running) >= state.nthreads}
         if busy:
@@ -254,12 +261,11 @@ class AbspSchedulerPlugin(SchedulerPlugin):
     # -- the stop ------------------------------------------------------------------------------
 
     def _stop(self, r: Round) -> None:
-        tasks = self.scheduler.tasks
+        """One stop per worker with open tasks of ``r`` (the registry knows where each open
+        task is processing: no look-up in the scheduler's state)."""
         on: dict[str, list] = {}
-        for key in r.keys:
-            ts = tasks.get(key)
-            if ts is not None and ts.processing_on is not None:
-                on.setdefault(ts.processing_on.address, []).append(key)
+        for key, worker in r.on.items():
+            on.setdefault(worker, []).append(key)
         self._send_stop(r, on)
 
     def _send_stop(self, r: Round, on: dict[str, list]) -> None:
@@ -316,9 +322,11 @@ class AbspSchedulerPlugin(SchedulerPlugin):
             self._settled.pop(round, None)
         return {"idle": list(r.idle.items()), "late": late, "occupied": sorted(r.occupied)}
 
-    def _quiet(self, seconds: float) -> set:
-        workers = self.scheduler.workers.values()
-        return liveness.silent({ws: ws.last_seen for ws in workers}, time.time(), seconds)
+    def _quiet(self, seconds: float) -> liveness.Quiet:
+        """The workers not heard from for ``seconds``, judged one at a time (a question
+        about a few workers does not scan the whole cluster)."""
+        return liveness.Quiet(self.scheduler.workers.values(), _last_seen, time.time(),
+                              seconds)
 
     def _given_up(self, r: Round, seconds: float) -> list:
         tasks = self.scheduler.tasks
@@ -327,9 +335,9 @@ class AbspSchedulerPlugin(SchedulerPlugin):
 
     def silent(self, workers=(), seconds: float = 3.0) -> list[str]:
         """Those of ``workers`` still in the cluster and not heard from for ``seconds`` (see
-        :func:`daskabsp.liveness.silent`)."""
-        quiet = {ws.address for ws in self._quiet(seconds)}
-        return [w for w in workers if w in quiet]
+        :class:`daskabsp.liveness.Quiet`)."""
+        known, quiet = self.scheduler.workers, self._quiet(seconds)
+        return [w for w in workers if w in known and known[w] in quiet]
 
     def stuck(self, keys=(), seconds: float = 3.0) -> list:
         """``[(key, worker), ...]`` for those of ``keys`` that wait on workers not heard from
@@ -349,18 +357,22 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         return page_status(self.scheduler)
 
     def forget_fit(self, fit: str) -> None:
-        """Forget ``fit``'s round log here and its stop flags on the workers (it has ended
-        and its driver has read the log): a long-lived cluster's plugins then hold nothing
-        per round of the fits it ran."""
-        self.registry.forget_fit(fit)
-        for addr in self.scheduler.workers:
-            if addr not in self._unequipped:
+        """Forget ``fit``'s round log here and its stop flags on the workers its tasks went
+        to (it has ended and its driver has read the log): a long-lived cluster's plugins
+        then hold nothing per round of the fits it ran."""
+        known = self.scheduler.workers
+        for addr in self.registry.forget_fit(fit):  # the workers its tasks were sent to
+            if addr in known and addr not in self._unequipped:
                 self.scheduler.worker_send(addr, {"op": FORGET_OP, "fit": fit})
 
     def round_info(self, fit: str) -> dict[str, RoundTimes]:
         """Timings of the rounds of ``fit``: quorum time and last result time (scheduler
         clock)."""
         return self.registry.times(fit)
+
+
+def _last_seen(ws) -> float:
+    return ws.last_seen
 
 
 def install_worker_plugin(scheduler, plugin: WorkerPlugin, spawn) -> set[str]:

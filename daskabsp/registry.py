@@ -11,8 +11,8 @@ bookkeeping and says what to do (stop a round, tell waiters it settled); the plu
 from __future__ import annotations
 
 import time
-from collections import deque
-from collections.abc import Callable, Hashable, Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from .protocol import RoundId, RoundTimes
@@ -72,6 +72,42 @@ class Round:
         return not self.open
 
 
+#: Fits whose workers the registry remembers (for their forget message).
+MAX_FITS = 1000
+
+
+class RoundLog:
+    """The times of retired rounds, by fit, bounded: at most ``maxlen`` rounds, the oldest
+    fits' dropped first. A fit's rounds are read or dropped without touching the others'.
+    Iterates ``(rid, fit, finished, quorum time, last result time)``."""
+
+    def __init__(self, maxlen: int = 100_000) -> None:
+        self.maxlen = maxlen
+        self._fits: OrderedDict[str, dict[str, tuple]] = OrderedDict()
+        self._n = 0
+
+    def add(self, rid: str, fit: str, finished: int, t_quorum, t_last) -> None:
+        entries = self._fits.setdefault(fit, {})
+        self._n += rid not in entries
+        entries[rid] = (rid, fit, finished, t_quorum, t_last)
+        while self._n > self.maxlen and len(self._fits) > 1:
+            self._n -= len(self._fits.popitem(last=False)[1])
+
+    def of(self, fit: str) -> Iterable[tuple]:
+        """The entries of ``fit``."""
+        return self._fits.get(fit, {}).values()
+
+    def drop(self, fit: str) -> None:
+        self._n -= len(self._fits.pop(fit, {}))
+
+    def __iter__(self) -> Iterator[tuple]:
+        for entries in self._fits.values():
+            yield from entries.values()
+
+    def __len__(self) -> int:
+        return self._n
+
+
 class RoundRegistry:
     """The rounds the scheduler plugin knows, and what their tasks did.
 
@@ -88,9 +124,10 @@ class RoundRegistry:
                  clock: Callable[[], float] = time.time) -> None:
         self.rounds: dict[str, Round] = {}
         self.key_round: dict[Hashable, Round] = {}
-        # rid -> (fit, finished, quorum time, last result time), bounded
-        self.log: deque[tuple[str, str, int, float | None, float | None]] = deque(
-            maxlen=100_000)
+        self.log = RoundLog()
+        # the workers each fit's tasks were sent to (a fit that never says it ended, e.g. one
+        # that failed, is dropped after MAX_FITS newer ones)
+        self.fit_workers: OrderedDict[str, set[str]] = OrderedDict()
         self._on_settle = on_settle or (lambda r: None)
         self._clock = clock
 
@@ -124,6 +161,12 @@ class RoundRegistry:
         self._unload(r, key)
         r.on[key] = worker
         r.load[worker] = r.load.get(worker, 0) + 1
+        seen = self.fit_workers.get(r.fit)
+        if seen is None:
+            seen = self.fit_workers[r.fit] = set()
+            if len(self.fit_workers) > MAX_FITS:
+                self.fit_workers.popitem(last=False)
+        seen.add(worker)
 
     def finished(self, key: Hashable) -> Round | None:
         """Task ``key`` finished (``processing -> memory``). Returns its round if that round
@@ -189,23 +232,25 @@ class RoundRegistry:
         for r in gone:
             for key in r.keys:
                 self.key_round.pop(key, None)
+            self.fit_workers.pop(r.fit, None)
             self._retire(r)
         return gone
 
-    def forget_fit(self, fit: str) -> None:
+    def forget_fit(self, fit: str) -> set[str]:
         """Drop ``fit``'s round log (its driver has read it); its rounds still running are
-        kept out of the log when they retire."""
-        self.log = deque((e for e in self.log if e[1] != fit), maxlen=self.log.maxlen)
+        kept out of the log when they retire. Returns the workers its tasks were sent to
+        (they hold its stop flags)."""
+        self.log.drop(fit)
         for r in self.rounds.values():
             if r.fit == fit:
                 r.logged = False
+        return self.fit_workers.pop(fit, set())
 
     def times(self, fit: str) -> dict[str, RoundTimes]:
         """When each round of ``fit`` reached its quorum and settled."""
         out: dict[str, RoundTimes] = {}
-        for rid, f, n, tq, tl in self.log:
-            if f == fit:
-                out[rid] = {"finished": n, "quorum_time": tq, "last_time": tl}
+        for rid, _, n, tq, tl in self.log.of(fit):
+            out[rid] = {"finished": n, "quorum_time": tq, "last_time": tl}
         for r in self.rounds.values():
             if r.fit == fit:
                 out[r.rid] = {"finished": r.finished, "quorum_time": r.t_quorum,
@@ -228,5 +273,5 @@ class RoundRegistry:
 
     def _retire(self, r: Round) -> None:
         if self.rounds.pop(r.rid, None) is not None and r.logged:
-            self.log.append((r.rid, r.fit, r.finished, r.t_quorum, r.t_last))
+            self.log.add(r.rid, r.fit, r.finished, r.t_quorum, r.t_last)
         self._on_settle(r)  # release waiters of a round that can no longer settle

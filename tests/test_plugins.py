@@ -177,3 +177,48 @@ def test_a_worker_is_silent_only_after_three_missed_heartbeats(client, workers):
                                    seconds=0.2) == [w]
     assert client.run_on_scheduler(_silent_with_last_seen, worker=w, age=2.5,
                                    seconds=3.0) == []  # the setting, when longer, holds
+
+
+def _stop_reports(rid: str, keys: list, dask_worker=None) -> list:
+    """The idle reports the worker plugin sends for a stop of ``rid`` naming ``keys``
+    (captured on the worker's stream, which the call does not yield)."""
+    from daskabsp.protocol import IDLE_OP
+
+    sent: list = []
+    stream = dask_worker.batched_stream
+    real = stream.send
+    stream.send = lambda *msgs: sent.extend(msgs)
+    try:
+        dask_worker.extensions["daskabsp"].stop(rounds=[rid], keys=keys)
+    finally:
+        stream.send = real
+    return [m for m in sent if m.get("op") == IDLE_OP]
+
+
+def test_a_stop_reports_only_the_tasks_still_queued(client, workers, no_stealing):
+    """A worker answers a stop with the named tasks that wait for a thread there; a task that
+    already finished, or one it never got, is not reported (its result, if any, is ahead on
+    the stream), and a worker with nothing queued sends nothing at all."""
+    assert client.sync(ensure_plugins, client) is SignalPath.SCHEDULER
+    w = workers[3]
+    done = client.submit(sum, [1, 2], workers=[w], pure=False)
+    assert done.result() == 3
+    rid = f"{uuid.uuid4().hex[:8]}:0"
+    assert client.run(_stop_reports, rid, [done.key, "never-sent"], workers=[w]) == {w: []}
+    started, release = f"started-{rid}", f"release-{rid}"
+    blocker = client.submit(_hold, started, release, workers=[w], pure=False)
+    try:
+        assert Event(started).wait(timeout=60)
+        queued = client.submit(sum, [3, 4], workers=[w], pure=False)
+        _poll(lambda: client.run(_worker_state, queued.key, workers=[w])[w] == "ready",
+              "the second task never queued behind the first")
+        reports = client.run(_stop_reports, rid, [done.key, queued.key], workers=[w])[w]
+    finally:
+        Event(release, client=client).set()
+    assert blocker.result() is True and queued.result() == 7
+    assert [(r["keys"], r["occupied"]) for r in reports] == [([queued.key], True)]
+
+
+def _worker_state(key, dask_worker=None) -> str | None:
+    ts = dask_worker.state.tasks.get(key)
+    return None if ts is None else ts.state

@@ -178,3 +178,44 @@ def test_waiting_on_follows_dependencies_to_data_only_quiet_workers_hold():
     found = liveness.waiting_on([waiting, running, elsewhere, shared], {"w1"})
     assert found == {"t": "w1", "r": "w1"}
     assert liveness.waiting_on([waiting], set()) == {}
+
+
+def test_forgetting_a_fit_names_the_workers_its_tasks_went_to():
+    reg = RoundRegistry()
+    for i, w in enumerate("abab"):
+        reg.announce(("k", i), RoundId("f", i // 2).annotation(1), "c")
+        reg.processing(("k", i), w)
+    reg.announce("z", RoundId("g", 0).annotation(1), "c")
+    reg.processing("z", "c")
+    assert reg.forget_fit("f") == {"a", "b"}
+    assert reg.forget_fit("f") == set()
+    assert reg.forget_fit("g") == {"c"}
+
+
+def test_the_round_log_is_bounded_oldest_fits_first():
+    reg = RoundRegistry()
+    reg.log.maxlen = 5
+    for fit in ("f1", "f2", "f3"):
+        for r in range(2):
+            reg.announce((fit, r), RoundId(fit, r).annotation(0), "c")
+            reg.forgotten((fit, r))
+    assert len(reg.log) == 4 and reg.times("f1") == {}
+    assert set(reg.times("f3")) == {"f3:0", "f3:1"}
+
+
+def test_judging_a_few_workers_does_not_scan_the_cluster():
+    """Whether a worker is silent is asked of it alone; the rule that nobody is silent when
+    nobody was heard from stops at the first worker heard from."""
+    asked: list = []
+    # 0-2 quiet (Dask spaces 10 000 workers' heartbeats ~50 s apart), the rest live
+    last = {w: (0.0 if w < 3 else 1000.0) for w in range(10_000)}
+
+    def last_seen(w):
+        asked.append(w)
+        return last[w]
+
+    quiet = liveness.Quiet(last, last_seen, now=1000.0, seconds=3.0)
+    assert [w for w in (0, 1, 2, 3, 9_999) if w in quiet] == [0, 1, 2]
+    assert len(asked) < 20
+    nobody = liveness.Quiet(last, lambda w: 0.0, now=1000.0, seconds=3.0)
+    assert 0 not in nobody and None not in nobody

@@ -1,0 +1,224 @@
+"""Measure the simulator's cost model (``daskabsp.sim.Costs``) on this machine.
+
+On one LocalCluster of ``--workers`` single-threaded worker processes, with ``--partitions``
+tiny partitions (one row chunk each, pinned round-robin to the workers), modes interleaved in
+blocks as ``bench_scale.py`` runs them:
+
+* ``loop_task``, ``loop_round``: CPU of the event-loop thread (scheduler, client and driver
+  share it) per round of plain Dask submit + gather, fitted as ``loop_round + loop_task * P``
+  over the partition counts;
+* ``engine_task``, ``engine_round``: the same fit of an engine BSP round's loop CPU less plain
+  Dask's;
+* ``stop_message``: A-BSP as published less BSP, per worker (a stop sent, an idle report
+  received);
+* ``worker_task``: the workers' process CPU per task in the plain rounds;
+* ``row_seconds``: a partition scan (``run_partition``, LogisticGD) in this process, one
+  BLAS thread, per row; ``update``: one LogisticGD update;
+* ``copy_bandwidth``: bytes per second of copying a partition from one worker to another, as
+  the engine copies a dask array's chunk for helpers;
+* ``stop_latency``: the scheduler seeing a round's first finish to a worker receiving the
+  stop (A-BSP as published, one worker emulated ``--slow`` times slower);
+* ``latency``: half of what a plain round at one partition per worker takes beyond what the
+  simulator predicts with no latency.
+
+Writes ``benchmarks/sim/costs.json`` (``--out`` elsewhere).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
+
+import numpy as np
+from _common import (
+    FinishTimes,
+    StopReceipts,
+    load_note,
+    local_cluster,
+    logistic_data,
+    parse_args,
+    round_finishes,
+    stop_receipts,
+    table,
+    warm_up,
+    workers,
+)
+from _sim import COSTS, save_costs
+from bench_scale import LoopClock, run_mode
+from distributed import futures_of, wait
+from threadpoolctl import threadpool_limits
+
+import daskabsp
+from daskabsp import ABSP
+from daskabsp.runtime import run_partition
+from daskabsp.sim import Cluster, Costs, simulate
+
+MODES = ("plain", "bsp", "absp-paper")
+
+
+def add_options(p) -> None:
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--partitions", default="4,8,16,32", help="partition counts to fit over")
+    p.add_argument("--rows", type=int, default=2000, help="rows per tiny partition")
+    p.add_argument("--features", type=int, default=10)
+    p.add_argument("--scan-rows", type=int, default=200_000, help="rows of the timed scan")
+    p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--blocks", type=int, default=None)
+    p.add_argument("--slow", type=float, default=4.0)
+    p.add_argument("--costs", type=str, default=str(COSTS), help="where to write the costs")
+
+
+def _worker_cpu(client) -> float:
+    return sum(client.run(time.process_time).values())
+
+
+def loop_costs(client, args, rounds: int, blocks: int) -> dict:
+    """Loop CPU per round of each mode, and the workers' CPU per plain task, per P."""
+    clock = LoopClock(client)
+    out = {}
+    for P in [int(p) for p in args.partitions.split(",")]:
+        data = logistic_data(client, P * args.rows, args.features, P, args.seed)
+        cpu = {m: [] for m in MODES}
+        wall, wcpu = [], []
+        for b in range(blocks):
+            for mode in MODES[b % 3:] + MODES[:b % 3]:
+                w0 = _worker_cpu(client)
+                t, c, _ = run_mode(client, clock, data, mode, rounds)
+                cpu[mode].append(c)
+                if mode == "plain":
+                    wcpu.append((_worker_cpu(client) - w0) / ((rounds + 1) * P))
+                    wall += t
+        out[P] = {"loop_cpu": {m: float(np.median(v)) for m, v in cpu.items()},
+                  "worker_cpu_per_task": float(np.median(wcpu)),
+                  "plain_wall": float(np.median(wall))}
+    return out
+
+
+def _line(ps, values) -> tuple[float, float]:
+    """Least-squares ``(per partition, per round)`` of ``values`` against ``ps``, >= 0."""
+    s, c = np.polyfit(np.asarray(ps, float), np.asarray(values, float), 1)
+    return max(float(s), 0.0), max(float(c), 0.0)
+
+
+def scan_costs(args) -> tuple[float, float]:
+    """Seconds per row of a LogisticGD scan, and of one update (one BLAS thread)."""
+    rng = np.random.default_rng(args.seed)
+    X = rng.standard_normal((args.scan_rows, args.features))
+    y = (rng.random(args.scan_rows) < 0.5).astype(float)
+    program = daskabsp.LogisticGD()
+    state = program.init(args.features, args.scan_rows)
+    params = program.params(state)
+    times, updates = [], []
+    with threadpool_limits(1):
+        for _ in range(7):
+            res = run_partition(program, params, X, y, None, round_id="calibrate", cursor=0,
+                                quota=args.scan_rows)
+            times.append(res.compute_seconds / res.rows)
+            t0 = time.perf_counter()
+            program.update(state, res.stats, res.rows)
+            updates.append(time.perf_counter() - t0)
+    return float(np.median(times[1:])), float(np.median(updates[1:]))
+
+
+def copy_bandwidth(client, args) -> float:
+    """Bytes per second of copying a partition's rows from one worker to another, as the
+    engine copies a dask array's chunk for helpers (a task on the target that returns it)."""
+    X, _ = logistic_data(client, 2 * 20 * args.rows, args.features, 2, args.seed)
+    chunk = futures_of(X)[0]
+    nbytes = client.run_on_scheduler(_nbytes, chunk.key)
+    src = client.who_has([chunk])[chunk.key][0]
+    dst = next(w for w in workers(client) if w != src)
+    rates = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        copy = client.submit(_same, chunk, workers=[dst], pure=False)
+        wait(copy)
+        rates.append(nbytes / (time.perf_counter() - t0))
+        copy.release()
+    return float(np.median(rates))
+
+
+def _same(a):
+    return a
+
+
+def _nbytes(key, dask_scheduler=None) -> int:
+    return dask_scheduler.tasks[key].nbytes
+
+
+def stop_latency(client, args) -> float:
+    """Median first finish (scheduler) -> stop received (worker), A-BSP as published."""
+    client.register_plugin(FinishTimes())
+    W = args.workers
+    X, y = logistic_data(client, W * 20 * args.rows, args.features, W, args.seed)
+    slow = {workers(client)[0]: args.slow}
+    with daskabsp.slow_workers(client, slow):
+        daskabsp.fit(daskabsp.LogisticGD(), X, y, sync=ABSP.published(), max_iter=2, tol=None,
+                     client=client)  # the engine's worker plugin is in place from here
+        client.register_plugin(StopReceipts())
+        res = daskabsp.fit(daskabsp.LogisticGD(), X, y, sync=ABSP.published(), max_iter=16,
+                           tol=None, client=client)
+    fit_id = res.history.attrs["fit_id"]
+    got = stop_receipts(client)
+    lat = []
+    for r, fs in enumerate(round_finishes(client, fit_id, res.n_iter)):
+        if r == 0 or not fs:
+            continue
+        first = min(f["seen"] for f in fs)
+        lat += [t - first for (w, rid), t in got.items() if rid == f"{fit_id}:{r}"]
+    return float(np.median(lat)) if lat else float("nan")
+
+
+def main() -> None:
+    args = parse_args(__doc__.split("\n\n")[0], add_options)
+    load0 = os.getloadavg()[0]
+    rounds = args.rounds or (5 if args.quick else 20)
+    blocks = args.blocks or (2 if args.quick else 4)
+    row_seconds, update = scan_costs(args)
+    with local_cluster(args.workers, 1, args.event_loop) as client:
+        warm_up(client)
+        per_p = loop_costs(client, args, rounds, blocks)
+        bandwidth = copy_bandwidth(client, args)
+        stop = stop_latency(client, args)
+    ps = sorted(per_p)
+    loop_task, loop_round = _line(ps, [per_p[p]["loop_cpu"]["plain"] for p in ps])
+    engine_task, engine_round = _line(ps, [per_p[p]["loop_cpu"]["bsp"]
+                                           - per_p[p]["loop_cpu"]["plain"] for p in ps])
+    stop_msg = max(0.0, float(np.median([
+        (per_p[p]["loop_cpu"]["absp-paper"] - per_p[p]["loop_cpu"]["bsp"])
+        / (2 * min(p, args.workers)) for p in ps])))
+    costs = Costs(loop_task=loop_task, loop_round=loop_round, engine_task=engine_task,
+                  engine_round=engine_round, update=update, stop_message=stop_msg,
+                  worker_task=float(np.median([per_p[p]["worker_cpu_per_task"] for p in ps])),
+                  latency=0.0, stop_latency=stop, row_seconds=row_seconds,
+                  row_bytes=8.0 * (args.features + 1), copy_bandwidth=bandwidth)
+    costs = dataclasses.replace(costs, latency=fit_latency(costs, args, per_p))
+    path = save_costs(costs, {"measured": {str(p): v for p, v in per_p.items()},
+                              "workers": args.workers, "rows": args.rows,
+                              "features": args.features, "time": time.strftime("%F %T")},
+                      path=type(COSTS)(args.costs))
+    print(f"Cost model measured on {os.cpu_count()} cores, {args.workers} worker processes, "
+          f"partitions {args.partitions} of {args.rows} rows x {args.features} features")
+    print(table(["cost", "value"], [[k, f"{v:.4g}"] for k, v in
+                                    dataclasses.asdict(costs).items()]))
+    print(load_note(load0))
+    print(f"wrote {path}")
+
+
+def fit_latency(costs: Costs, args, per_p: dict) -> float:
+    """The one-way latency that makes the simulator's plain round at one partition per
+    worker match the measured one."""
+    W = args.workers
+    measured = per_p[W]["plain_wall"]
+    cl = Cluster(W, args.rows, shared_cores=os.cpu_count())
+    pred = float(np.median(simulate("plain", cl, costs, rounds=6).round_times()))
+    return max(0.0, (measured - pred) / 2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""The simulator's bookkeeping (daskabsp.sim): every row counted at most once per round and
+exactly once per cycle, time that only moves forward, SSP's staleness bound; and a
+1 000-worker simulation that completes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from daskabsp import ABSP, BSP
+from daskabsp.sim import (
+    SSP,
+    Cluster,
+    Costs,
+    HeavyTail,
+    Persistent,
+    SimResult,
+    Stragglers,
+    Transient,
+    simulate,
+)
+
+MODES = ["plain", BSP(), ABSP(), ABSP.published(), ABSP(count="partitions"),
+         ABSP(quorum=2), SSP(0), SSP(2), SSP(None)]
+
+
+def check_rows(res: SimResult) -> None:
+    """Rounds count each partition's rows from its cursor, at most its size, each partition
+    at most once; over the rounds no row is counted twice before every row of its partition
+    is counted once; BSP and plain rounds count every row."""
+    cl = res.cluster
+    counts = np.zeros((cl.partitions, cl.rows), dtype=np.int64)
+    cursor = [0] * cl.partitions
+    for r in res.rounds:
+        parts = [p for p, _, _ in r.counted]
+        assert len(parts) == len(set(parts))
+        if res.mode in ("plain", "bsp"):
+            assert sorted(parts) == list(range(cl.partitions))
+        for p, start, rows in r.counted:
+            assert start == cursor[p]
+            assert 0 < rows <= cl.rows
+            if res.mode in ("plain", "bsp") or res.mode.startswith(("ssp", "asp")):
+                assert rows == cl.rows
+            counts[p, (start + np.arange(rows)) % cl.rows] += 1
+            cursor[p] = (start + rows) % cl.rows
+            assert counts[p].max() - counts[p].min() <= 1
+
+
+def check_time(res: SimResult) -> None:
+    """Events in time order; each round (update) ends after it starts; global rounds one
+    after the other; a task starts after its submission and ends after its start."""
+    times = [e[0] for e in res.events]
+    assert times == sorted(times)
+    assert all(r.start <= r.end for r in res.rounds)
+    ends = [r.end for r in res.rounds]
+    assert ends == sorted(ends)
+    if not res.mode.startswith(("ssp", "asp")):
+        for a, b in zip(res.rounds, res.rounds[1:], strict=False):
+            assert a.end <= b.start
+        seen: dict = {}
+        for t, what, r, p in res.events:
+            if what in ("submit", "start", "end"):
+                seen.setdefault((r, p), []).append((what, t))
+        for steps in seen.values():
+            assert [w for w, _ in steps] == ["submit", "start", "end"][:len(steps)]
+
+
+def check_staleness(res: SimResult, bound: int | None) -> None:
+    """Under SSP no partition starts a clock more than ``bound`` clocks ahead of the slowest
+    partition's applied updates."""
+    if bound is None:
+        return
+    n = res.cluster.partitions
+    clock = [0] * n
+    for r in res.rounds:  # in the order applied
+        (p, _, _), = r.counted
+        done_before = [0] * n
+        for u in res.rounds:
+            if u.end <= r.start:
+                done_before[u.counted[0][0]] += 1
+        assert clock[p] <= min(done_before) + bound
+        clock[p] += 1
+
+
+@st.composite
+def cases(draw):
+    cluster = Cluster(workers=draw(st.integers(1, 5)), rows=draw(st.integers(1, 400)),
+                      partitions_per_worker=draw(st.integers(1, 3)),
+                      threads=draw(st.integers(1, 2)),
+                      shared_cores=draw(st.sampled_from([None, 1, 2])))
+    f = st.floats(1e-5, 5e-3)
+    costs = Costs(loop_task=draw(f), loop_round=draw(f), engine_task=draw(f),
+                  engine_round=draw(f), update=draw(f), stop_message=draw(f),
+                  worker_task=draw(f), latency=draw(f), stop_latency=draw(f),
+                  row_seconds=draw(st.floats(1e-7, 1e-4)), chunk_target=draw(f),
+                  copy_bandwidth=draw(st.floats(1e4, 1e9)), help_above=draw(f),
+                  probe_rows=draw(st.integers(1, 300)))
+    stragglers = draw(st.sampled_from([
+        Stragglers(), Persistent(0.3, 4.0), Transient(0.3, 5.0), HeavyTail(1.5)]))
+    return cluster, costs, stragglers, draw(st.sampled_from(MODES)), draw(st.integers(0, 9))
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases(), st.integers(1, 8))
+def test_every_row_counted_once_per_round_and_time_moves_forward(case, rounds):
+    cluster, costs, stragglers, mode, seed = case
+    res = simulate(mode, cluster, costs, stragglers, rounds=rounds, seed=seed, log=True)
+    assert res.rounds
+    check_rows(res)
+    check_time(res)
+    if isinstance(mode, SSP):
+        check_staleness(res, mode.staleness)
+    assert res.loop_busy > 0
+
+
+def test_a_thousand_workers():
+    """A 1 000-worker A-BSP fit (helpers from copies, transient stragglers) and its BSP
+    baseline complete with their bookkeeping intact (kept small: a few seconds)."""
+    cluster = Cluster(workers=1000, rows=2000)
+    costs = Costs(row_seconds=1e-4)
+    for mode in (ABSP(), BSP()):
+        res = simulate(mode, cluster, costs, Transient(0.05, 4.0), rounds=6, log=True)
+        assert len(res.rounds) == 6
+        check_rows(res)
+        check_time(res)
+    assert res.rounds[-1].rows == cluster.partitions * cluster.rows
+
+
+def test_stragglers_are_deterministic_and_slow():
+    for s in (Persistent(0.1, 3.0), Transient(0.2, 4.0), HeavyTail(2.0)):
+        a, b = s.factors(3, 7, 500), s.factors(3, 7, 500)
+        assert np.array_equal(a, b)
+        assert (a >= 1).all() and (a > 1).any()
+    assert (Stragglers().factors(0, 0, 10) == 1).all()
+
+
+def test_a_bsp_gains_over_bsp_with_a_persistent_straggler():
+    """One worker in four 4x slower: BSP's epoch takes about 4 fast rounds, A-BSP's far
+    less (a sanity check of the model, not of the engine)."""
+    cluster = Cluster(workers=4, rows=20_000)
+    costs = Costs(row_seconds=5e-6)
+    bsp = simulate(BSP(), cluster, costs, Persistent(0.25, 4.0), rounds=12)
+    absp = simulate(ABSP.published(), cluster, costs, Persistent(0.25, 4.0), rounds=12)
+    assert absp.time_per_epoch(after=1) < 0.6 * bsp.time_per_epoch(after=1)
+
+
+def test_mode_must_be_known():
+    with pytest.raises(ValueError, match="'mode' parameter of simulate"):
+        simulate("ssp", Cluster(workers=2, rows=10))
