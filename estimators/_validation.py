@@ -16,6 +16,7 @@ import numpy as np
 from sklearn.utils import check_consistent_length
 
 from daskabsp import SYNC_NAMES, Policy
+from daskabsp.policies import as_policy
 
 
 class InvalidParameterError(ValueError, TypeError):
@@ -115,6 +116,7 @@ BOOLEAN = InstanceOf((bool, np.bool_), "bool")
 ARRAY_LIKE = _ArrayLike()
 RANDOM_STATE = _RandomState()
 SYNC = [Options(str, frozenset(SYNC_NAMES)), InstanceOf((Policy,), "daskabsp.Policy")]
+_POLICIES = {name: as_policy(name) for name in SYNC_NAMES}
 
 #: Constraints of the engine options every estimator takes.
 ENGINE_CONSTRAINTS: dict[str, list] = {
@@ -143,6 +145,22 @@ def validate_params(estimator, constraints: dict[str, Iterable]) -> None:
         raise InvalidParameterError(
             f"The {name!r} parameter of {type(estimator).__name__} must be "
             f"{_join([str(c) for c in options])}. Got {value!r} instead."
+        )
+    _check_quota_with_sync(estimator, params)
+
+
+def _check_quota_with_sync(estimator, params: dict) -> None:
+    """A quota (rows per round) has no meaning without rounds (SSP, ASP): refused here,
+    before any work, as the engine would refuse it."""
+    if params.get("quota") is None or "sync" not in params:
+        return
+    sync = params["sync"]
+    policy = sync if isinstance(sync, Policy) else _POLICIES.get(sync)
+    if policy is not None and not policy.rounds:
+        raise InvalidParameterError(
+            f"The 'quota' parameter of {type(estimator).__name__} must be None with "
+            f"sync={sync!r} (its updates replace a partition's whole statistics). Got "
+            f"{params['quota']!r} instead."
         )
 
 

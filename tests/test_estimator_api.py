@@ -120,15 +120,19 @@ def test_feature_names_are_checked_at_predict(client, clf_data):
 @pytest.mark.parametrize("est, message", [
     (LogisticRegression(C=-1), "The 'C' parameter of LogisticRegression must be a float in "
                                "the range (0.0, inf). Got -1 instead."),
-    (LogisticRegression(sync="ssp"), "The 'sync' parameter of LogisticRegression must be a "
-                                     "str among {'absp', 'bsp'} or an instance of "
-                                     "'daskabsp.Policy'. Got 'ssp' instead."),
+    (LogisticRegression(sync="hogwild"), "The 'sync' parameter of LogisticRegression must "
+                                         "be a str among {'absp', 'asp', 'bsp', 'ssp'} or an "
+                                         "instance of 'daskabsp.Policy'. Got 'hogwild' "
+                                         "instead."),
     (LinearSVC(loss="log"), "The 'loss' parameter of LinearSVC must be a str among "
                             "{'hinge', 'squared_hinge'}. Got 'log' instead."),
     (Ridge(alpha=-0.5), "The 'alpha' parameter of Ridge must be a float in the range "
                         "[0.0, inf). Got -0.5 instead."),
     (KMeans(n_clusters=0), "The 'n_clusters' parameter of KMeans must be an int in the "
                            "range [1, inf). Got 0 instead."),
+    (KMeans(sync="asp", quota=0.5), "The 'quota' parameter of KMeans must be None with "
+                                    "sync='asp' (its updates replace a partition's whole "
+                                    "statistics). Got 0.5 instead."),
     (LogisticRegression(quota=1.5), "The 'quota' parameter of LogisticRegression must be "
                                     "an int in the range [1, inf), a float in the range "
                                     "(0.0, 1.0] or None. Got 1.5 instead."),

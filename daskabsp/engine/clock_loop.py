@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,7 @@ class _Task:
     future: Future
     params: Any
     rid: RoundId
+    submitted: float  # time.perf_counter()
 
 
 class ClockLoop:
@@ -77,6 +79,7 @@ class ClockLoop:
         self.chunk_rows: list[int | None] = [None] * n
         self.ran_on: list[str] = []
         self._tasks: dict[Any, _Task] = {}
+        self._late: dict[Any, _Task] = {}  # given up on; their results are never applied
         self._shared: tuple[int, Any] | None = None  # (version, its parameters as tasks take them)
         self._next: asyncio.Future | None = None
         self._objectives: deque[float] = deque(maxlen=n + 1)
@@ -134,7 +137,7 @@ class ClockLoop:
             task = ScanTask(p, self.placement.data(p), self.placement.owner[p], -lease.clock,
                             0, self.placement.sizes[p], self.chunk_rows[p])
             (fut,) = fit.link.submit_round(rid, 0, arg, [task], fit.options.chunk_target)
-            self._tasks[fut.key] = _Task(lease, fut, params, rid)
+            self._tasks[fut.key] = _Task(lease, fut, params, rid, time.perf_counter())
             ac.add(fut)
         self._in_flight()
 
@@ -179,7 +182,13 @@ class ClockLoop:
         that lost its data with a worker (its partition is placed again and resubmitted)."""
         task = self._tasks.pop(fut.key, None)
         if task is None:
-            return None  # given up on: a late result is never applied
+            late = self._late.pop(fut.key, None)
+            if late is not None:
+                logger.info("daskabsp: partition %d's update %d (attempt %d), given up on, "
+                            "came back late; not applied", late.lease.partition,
+                            late.lease.clock, late.lease.attempt)
+            fut.release()
+            return None
         try:
             (res,) = await self.fit.link.gather([fut])
             return task, res
@@ -196,15 +205,25 @@ class ClockLoop:
     async def _give_up_stuck(self) -> bool:
         """Give up on the tasks waiting on workers not heard from for
         ``daskabsp.unresponsive-after``: their partitions move to other workers and are
-        resubmitted. True if any was given up on."""
-        link = self.fit.link
+        resubmitted. True if any was given up on.
+
+        Asked only once a task has been out that long, and never when no other worker
+        answers either: that is a busy machine (or scheduler), not a frozen worker, and
+        there would be nowhere to move the partitions to."""
+        link, after = self.fit.link, config.seconds("unresponsive-after")
+        now = time.perf_counter()
+        if not any(now - t.submitted >= after for t in self._tasks.values()):
+            return False
         stuck = await link.stuck(list(self._tasks))
+        silent = set(stuck.values()) | self.membership.silent
+        if not stuck or not set(await link.threads()) - silent:
+            return False
         late = {}
         for key, worker in stuck.items():
             task = self._tasks.pop(key, None)
             if task is not None and self.book.give_up(task.lease):
                 late[task.lease.partition] = worker
-                task.future.release()
+                self._late[key] = task  # kept: if it ever returns, it is seen and dropped
         if not late:
             return False
         self._in_flight()
@@ -253,9 +272,11 @@ class ClockLoop:
             self._next.cancel()
             self._next = None
         tasks, self._tasks = list(self._tasks.values()), {}
+        late, self._late = list(self._late.values()), {}
         link = self.fit.link
         if tasks:
             await link.stop(sorted({t.rid for t in tasks}, key=lambda r: (r.round, r.attempt)))
-            await link.cancel([t.future for t in tasks])
+        if tasks or late:
+            await link.cancel([t.future for t in [*tasks, *late]])
         link.in_flight = []
         self._release_shared()
