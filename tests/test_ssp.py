@@ -160,3 +160,29 @@ def test_quota_is_refused_before_anything_runs(client, data):
     X, y = data
     with pytest.raises(ValueError, match=r"quota=0\.5 does not apply to SSP"):
         fit(LogisticGD(), X, y, sync="ssp", quota=0.5)
+
+
+def test_history_plots_staleness_and_clocks(client, data):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    X, y = data
+    h = fit(LogisticGD(), X, y, sync=SSP(1), max_iter=3, tol=None, n_partitions=4).history
+    try:
+        ax = h.absp.plot_staleness()
+        (line,) = ax.get_lines()
+        assert line.get_label() == "SSP(s=1)"
+        shares = line.get_ydata()
+        np.testing.assert_allclose(shares.sum(), 1.0)
+        np.testing.assert_allclose(shares, np.bincount(h.staleness.values) / 12)
+        ax = h.absp.plot_clocks()
+        assert [ln.get_label() for ln in ax.get_lines()] == [f"partition {p}" for p in range(4)]
+        assert all(ln.get_ydata()[-1] == 3 for ln in ax.get_lines())
+        ax = h.absp.plot_objective(x="update")
+        np.testing.assert_array_equal(ax.get_lines()[0].get_xdata(), np.arange(12))
+        bsp = fit(LogisticGD(), X, y, sync="bsp", max_iter=2, tol=None).history
+        with pytest.raises(ValueError, match="no 'update' dimension"):
+            bsp.absp.plot_staleness()
+    finally:
+        plt.close("all")
