@@ -186,3 +186,26 @@ def test_history_plots_staleness_and_clocks(client, data):
             bsp.absp.plot_staleness()
     finally:
         plt.close("all")
+
+
+def _book_fits(dask_scheduler) -> dict:
+    book = dask_scheduler.plugins["daskabsp"].book
+    return {f: (r.status, r.n_rounds, r.sync) for f, r in book.fits.items()}
+
+
+def test_dashboard_and_progress_bar_show_updates(client, data):
+    """The dashboard's fit book gets one record per update (a round of one partition), and
+    the progress bar counts updates."""
+    import io
+
+    from daskabsp import ProgressBar
+
+    pytest.importorskip("bokeh")
+    X, y = data
+    out = io.StringIO()
+    res = fit(LogisticGD(), X, y, sync="asp", max_iter=3, tol=None, n_partitions=4,
+              callback=ProgressBar(file=out, mininterval=0))
+    fit_id = res.history.attrs["fit_id"]
+    assert client.run_on_scheduler(_book_fits)[fit_id] == ("finished", 12, "asp")
+    text = out.getvalue()
+    assert "12/12" in text and "update" in text and "harvested" not in text
