@@ -3,7 +3,8 @@
 The engine runs an iterative program (:mod:`daskabsp.programs`) as one Dask task per data
 partition per round, under a synchronisation policy: :class:`BSP` waits for every partition;
 :class:`ABSP` ends the round when the fastest partition finishes and harvests the partial work
-of the others.
+of the others; :class:`SSP` and :class:`ASP` have no rounds: each partition's update is
+applied as it arrives.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ _LAZY = {
     "RoundInfo": "callbacks", "close_embedded": "cluster", "FitResult": "fitting",
     "PlacedData": "fitting", "fit": "fitting", "fit_async": "fitting", "place": "fitting",
     "place_async": "fitting", "plot_objectives": "plot", "ABSP": "policies", "BSP": "policies",
+    "SSP": "policies", "ASP": "policies",
     "SYNC_NAMES": "policies", "Policy": "policies", "LogisticGD": "programs",
     "Program": "programs", "SlowWorkers": "stragglers", "slow_workers": "stragglers",
 }
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
     from .cluster import close_embedded
     from .fitting import FitResult, PlacedData, fit, fit_async, place, place_async
     from .plot import plot_objectives
-    from .policies import ABSP, BSP, SYNC_NAMES, Policy
+    from .policies import ABSP, ASP, BSP, SSP, SYNC_NAMES, Policy
     from .programs import LogisticGD, Program
     from .stragglers import SlowWorkers, slow_workers
 
@@ -52,7 +54,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ABSP",
+    "ASP",
     "BSP",
+    "SSP",
     "SYNC_NAMES",
     "FitInfo",
     "FitResult",

@@ -40,6 +40,10 @@ class FitInfo:
         Name of the program (``"logreg"``, ``"kmeans"``, ...).
     fit_id : str
         The fit's id, as in its task keys and its history's attributes.
+    unit : {"round", "update"}, default="round"
+        What the fit reports to callbacks: rounds (BSP, A-BSP), or updates of one
+        partition each (SSP, ASP; ``max_iter`` then counts updates, and each update is
+        reported as a "round" of one partition).
     """
 
     max_iter: int
@@ -48,6 +52,7 @@ class FitInfo:
     sync: str
     program: str
     fit_id: str
+    unit: str = "round"
 
 
 @dataclass(frozen=True)
@@ -282,15 +287,16 @@ class ProgressBar(RoundCallback):
         else:
             from tqdm import tqdm
         self.bar = tqdm(total=info.max_iter, desc=self.desc or f"{info.program} {info.sync}",
-                        unit="round", file=self.file, leave=self.leave, **self.tqdm_kwargs)
+                        unit=info.unit, file=self.file, leave=self.leave, **self.tqdm_kwargs)
 
     def on_round_end(self, info: RoundInfo) -> None:
         if self.bar is None:
             return
-        self.bar.set_postfix({"obj": f"{info.objective:.4g}",
-                              "rows": f"{info.rows_share:.0%}",
-                              "harvested": f"{info.harvested}/{info.n_partitions}"},
-                             refresh=False)
+        postfix = {"obj": f"{info.objective:.4g}"}
+        if self.bar.unit == "round":  # an update (SSP, ASP) scans one whole partition
+            postfix.update(rows=f"{info.rows_share:.0%}",
+                           harvested=f"{info.harvested}/{info.n_partitions}")
+        self.bar.set_postfix(postfix, refresh=False)
         self.bar.update(1)
 
     def on_fit_end(self, n_iter: int, converged: bool, error: BaseException | None) -> None:

@@ -1,4 +1,5 @@
-"""The fit record as an ``xarray.Dataset`` with dimensions ``round`` and ``partition``."""
+"""The fit record as an ``xarray.Dataset``: dimensions ``round`` and ``partition`` for the
+policies with rounds (BSP, A-BSP), ``update`` for those without (SSP, ASP)."""
 
 from __future__ import annotations
 
@@ -99,13 +100,76 @@ class HistoryRecorder:
         )
 
 
+_PER_UPDATE = {
+    "version": ("int64", "updates applied when the update's task was submitted (the "
+                "parameters it computed at)", None),
+    "staleness": ("int64", "updates applied between the task's parameters and this update",
+                  None),
+    "lead": ("int64", "clocks the partition was ahead of the slowest partition when its task "
+             "was submitted", None),
+    "attempt": ("int64", "0, or the resubmission after a task given up on", None),
+    "objective": ("float64", "objective after the update: the partitions' latest losses, "
+                  "each at the parameters its task computed at", None),
+    "rows": ("int64", "rows of the partition scanned", None),
+    "compute_seconds": ("float64", "time the task spent scanning", "s"),
+    "task_start": ("float64", "task start since the fit started (worker clock)", "s"),
+    "task_stop": ("float64", "task end since the fit started (worker clock)", "s"),
+    "worker": ("str", "worker that ran the task", None),
+}
+
+
+class UpdateRecorder:
+    """Accumulates one record per update of a fit without rounds (SSP, ASP);
+    :meth:`dataset` builds the ``xarray.Dataset`` (dimension ``update``)."""
+
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+        self.params: list[np.ndarray] = []
+
+    def add(self, *, params: np.ndarray | None = None, **record) -> None:
+        """One update: ``wall``, ``partition``, ``clock`` and the fields of
+        ``_PER_UPDATE``; ``params``, the coefficients after it (optional)."""
+        self.records.append(record)
+        if params is not None:
+            self.params.append(np.array(params, copy=True).ravel())
+
+    def dataset(self, *, attrs: dict, sizes, harvest_latency=None,
+                stop_time=None) -> xr.Dataset:
+        """The history (``harvest_latency`` and ``stop_time`` do not apply: nothing is
+        stopped)."""
+        n = len(self.records)
+
+        def column(name, dtype):
+            values = np.asarray([r[name] for r in self.records], dtype=object)
+            return values.astype(str) if dtype == "str" else values.astype(dtype).reshape(n)
+
+        part = column("partition", "int64")
+        data = {"wall_time": (("update",), column("wall", "float64"),
+                              {"long_name": "time since the fit started, at the update",
+                               "units": "s"})}
+        for k, (dtype, long_name, units) in _PER_UPDATE.items():
+            a = {"long_name": long_name, **({"units": units} if units else {})}
+            data[k] = (("update",), column(k, dtype), a)
+        data["partition_size"] = (("update",), np.asarray(sizes, dtype="int64")[part],
+                                  {"long_name": "rows in the update's partition"})
+        if self.params:
+            data["params"] = (("update", "param"), np.stack(self.params),
+                              {"long_name": "coefficients after the update"})
+        coords = {"update": np.arange(n),
+                  "partition": (("update",), part, {"long_name": "the update's partition"}),
+                  "clock": (("update",), column("clock", "int64"),
+                            {"long_name": "the partition's updates before this one"})}
+        return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
 def time_to_target(history: xr.Dataset, objective, target: float) -> tuple[float, int]:
     """When a fit first reached ``objective(params) <= target``.
 
     Parameters
     ----------
     history : xarray.Dataset
-        A fit history recorded with ``record_params=True``.
+        A fit history recorded with ``record_params=True`` (rounds, or updates under SSP
+        and ASP).
     objective : callable
         Maps a parameter vector to the exact objective (e.g. ``program.full_objective``).
     target : float
@@ -114,8 +178,9 @@ def time_to_target(history: xr.Dataset, objective, target: float) -> tuple[float
     Returns
     -------
     (seconds, round) : tuple of float and int
-        Wall time since the fit started at the end of the first round whose parameters reach
-        the target, and that round; ``(nan, -1)`` if it was never reached.
+        Wall time since the fit started at the end of the first round (update) whose
+        parameters reach the target, and that round (update); ``(nan, -1)`` if it was never
+        reached.
     """
     if "params" not in history:
         raise ValueError("time_to_target needs a history recorded with record_params=True.")

@@ -7,6 +7,8 @@ Importing daskabsp registers an ``absp`` accessor on ``xarray.Dataset``, so a fi
   the fit started;
 - ``history.absp.plot_rows(ax=None)``: a round x partition heat map of the rows each partition
   processed as a share of its quota, harvested partitions marked;
+- ``history.absp.plot_staleness(ax=None)`` and ``history.absp.plot_clocks(ax=None)`` (SSP and
+  ASP fits): how stale the updates were, and each partition's clock against time;
 - :func:`plot_objectives`: several fits on one axis (e.g. BSP against A-BSP).
 
 matplotlib is imported only when something is plotted.
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 #: How the history's ``sync`` attribute reads in a legend.
-SYNC_LABELS = {"bsp": "BSP", "absp": "A-BSP"}
+SYNC_LABELS = {"bsp": "BSP", "absp": "A-BSP", "ssp": "SSP", "asp": "ASP"}
 
 
 def _axes(ax: Axes | None) -> Axes:
@@ -64,10 +66,14 @@ def fit_label(history: xr.Dataset) -> str:
     Returns
     -------
     str
-        ``"BSP"``, ``"A-BSP"``, or the history's ``sync`` attribute as it is.
+        ``"BSP"``, ``"A-BSP"``, ``"SSP(s=3)"``, ``"ASP"``, or the history's ``sync``
+        attribute as it is.
     """
     sync = str(history.attrs.get("sync", "fit"))
-    return SYNC_LABELS.get(sync, sync)
+    label = SYNC_LABELS.get(sync, sync)
+    if sync == "ssp" and "staleness_bound" in history.attrs:
+        label += f"(s={history.attrs['staleness_bound']})"
+    return label
 
 
 @xr.register_dataset_accessor("absp")
@@ -94,8 +100,10 @@ class HistoryAccessor:
             Where to plot (default: a new figure).
         label : str, optional
             The line's legend entry (default: the sync model, e.g. ``"A-BSP"``).
-        x : {"wall_time", "round"}, default="wall_time"
-            Seconds since the fit started at the end of each round, or the round number.
+        x : {"wall_time", "round", "update"}, default="wall_time"
+            Seconds since the fit started at the end of each round (update), or the
+            round (update) number; ``"round"`` and ``"update"`` both mean the history's
+            own order.
         optimum : float, optional
             If given, plot ``objective - optimum`` on a log scale (the distance to the
             optimum; rounds at or below it are left out).
@@ -113,11 +121,12 @@ class HistoryAccessor:
         carries sampling noise.
         """
         ds = self._ds
-        if x not in ("wall_time", "round"):
-            raise ValueError(f"x must be 'wall_time' or 'round', got {x!r}.")
+        if x not in ("wall_time", "round", "update"):
+            raise ValueError(f"x must be 'wall_time', 'round' or 'update', got {x!r}.")
         _check_history(ds, ("objective", "wall_time"))
         ax = _axes(ax)
-        xs = np.asarray(ds[x].values, dtype=float)
+        order = "update" if "update" in ds.dims else "round"
+        xs = np.asarray(ds[x if x == "wall_time" else order].values, dtype=float)
         ys = np.asarray(ds["objective"].values, dtype=float)
         if optimum is not None:
             ys = ys - optimum
@@ -125,10 +134,55 @@ class HistoryAccessor:
             ax.set_yscale("log")
         kwargs.setdefault("marker", ".")
         ax.plot(xs, ys, label=fit_label(ds) if label is None else label, **kwargs)
-        ax.set_xlabel("time since the fit started (s)" if x == "wall_time" else "round")
+        ax.set_xlabel("time since the fit started (s)" if x == "wall_time" else order)
         ax.set_ylabel("objective" if optimum is None else "objective - optimum")
         ax.legend()
         return ax
+
+    def plot_staleness(self, ax: Axes | None = None, *, label: str | None = None,
+                       **kwargs: Any) -> Axes:
+        """Plot the distribution of the updates' staleness (SSP and ASP fits).
+
+        An update's staleness is the number of updates applied between the moment its task
+        read the parameters and the moment it was applied (Zhang et al. 2016). Under
+        ``SSP(0)`` it stays below the number of partitions; a straggler under ASP shows as a
+        long tail.
+
+        Parameters
+        ----------
+        ax : matplotlib.axes.Axes, optional
+            Where to plot (default: a new figure); plot several fits on one axis to compare.
+        label : str, optional
+            The line's legend entry (default: the sync model, e.g. ``"SSP(s=3)"``).
+        **kwargs
+            Passed to :meth:`matplotlib.axes.Axes.step`.
+
+        Returns
+        -------
+        matplotlib.axes.Axes
+            The axes, with one more line: the share of the updates (y) of each staleness
+            (x, from 0).
+        """
+        return _plot_staleness(self._ds, ax, label, **kwargs)
+
+    def plot_clocks(self, ax: Axes | None = None, **kwargs: Any) -> Axes:
+        """Plot each partition's clock (its updates so far) against the time since the fit
+        started (SSP and ASP fits): the fast partitions' lines run ahead of a straggler's,
+        at most ``s`` clocks ahead under ``SSP(s)``.
+
+        Parameters
+        ----------
+        ax : matplotlib.axes.Axes, optional
+            Where to plot (default: a new figure).
+        **kwargs
+            Passed to :meth:`matplotlib.axes.Axes.step`.
+
+        Returns
+        -------
+        matplotlib.axes.Axes
+            The axes, one step line per partition (label ``"partition <p>"``).
+        """
+        return _plot_clocks(self._ds, ax, **kwargs)
 
     def plot_rows(self, ax: Axes | None = None, *, cmap: str = "viridis",
                   colorbar: bool = True) -> Axes:
@@ -192,6 +246,48 @@ class HistoryAccessor:
         if colorbar:
             ax.figure.colorbar(image, ax=ax, label="rows processed / quota")
         return ax
+
+
+def _check_updates(ds: xr.Dataset) -> None:
+    if "update" not in ds.dims:
+        raise ValueError(
+            "This history has no 'update' dimension: staleness and clocks are recorded by "
+            "fits without rounds (sync='ssp' or 'asp'). Plot the rounds of a BSP or A-BSP fit "
+            "with plot_rows.")
+    _check_history(ds, ("staleness", "wall_time"))
+
+
+def _plot_staleness(ds: xr.Dataset, ax: Axes | None, label: str | None,
+                    **kwargs: Any) -> Axes:
+    _check_updates(ds)
+    ax = _axes(ax)
+    stale = np.asarray(ds["staleness"].values, dtype=int)
+    counts = np.bincount(stale) if stale.size else np.zeros(1, dtype=int)
+    kwargs.setdefault("where", "mid")
+    ax.step(np.arange(counts.size), counts / max(stale.size, 1),
+            label=fit_label(ds) if label is None else label, **kwargs)
+    ax.set_xlabel("staleness (updates applied since the task read its parameters)")
+    ax.set_ylabel("share of the updates")
+    ax.legend()
+    return ax
+
+
+def _plot_clocks(ds: xr.Dataset, ax: Axes | None, **kwargs: Any) -> Axes:
+    _check_updates(ds)
+    ax = _axes(ax)
+    wall = np.asarray(ds["wall_time"].values, dtype=float)
+    parts = np.asarray(ds["partition"].values)
+    clock = np.asarray(ds["clock"].values)
+    kwargs.setdefault("where", "post")
+    for p in np.unique(parts):
+        on = parts == p
+        ax.step(np.r_[0.0, wall[on]], np.r_[0, clock[on] + 1], label=f"partition {p}",
+                **kwargs)
+    ax.set_xlabel("time since the fit started (s)")
+    ax.set_ylabel("clock (updates of the partition)")
+    if np.unique(parts).size <= 16:
+        ax.legend()
+    return ax
 
 
 def plot_objectives(histories: Mapping[str, xr.Dataset] | Iterable[xr.Dataset],

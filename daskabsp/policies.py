@@ -20,6 +20,10 @@ class Policy:
     """Base class of the synchronisation policies."""
 
     name: ClassVar[str] = "policy"
+    #: Whether the policy runs global rounds (BSP, A-BSP: :class:`~daskabsp.engine.loop.
+    #: RoundLoop`) or a clock per partition (SSP, ASP: :class:`~daskabsp.engine.clock_loop.
+    #: ClockLoop`).
+    rounds: ClassVar[bool] = True
     # Subclasses declare a field ``cursor: Literal["resume", "restart"]``.
 
     def __post_init__(self) -> None:
@@ -75,6 +79,12 @@ class Policy:
 
     def check(self, n_partitions: int) -> None:
         """Raise ``ValueError`` if the policy cannot run over ``n_partitions`` partitions."""
+
+    @property
+    def staleness_bound(self) -> int | None:
+        """Clocks a partition may run ahead of the slowest one (policies without global
+        rounds; None: no bound)."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -214,13 +224,79 @@ class ABSP(Policy):
             )
 
 
-_NAMES: dict[str, type[Policy]] = {"bsp": BSP, "absp": ABSP}
+@dataclass(frozen=True)
+class SSP(Policy):
+    """Stale synchronous parallel: no rounds; each partition runs at its own clock, at most
+    ``staleness`` clocks ahead of the slowest partition.
+
+    The fitting process is the parameter server. Each partition's task scans the whole
+    partition at the newest parameters; when it returns, its update is applied at once (the
+    program's :meth:`~daskabsp.programs.Program.partition_update`) and the partition is
+    submitted again with the newest parameters, unless it would then compute a clock more
+    than ``staleness`` ahead of the slowest partition's: it then waits until the slowest
+    catches up (Bösen's rule, Wei et al. 2015). ``SSP(0)`` sees the parameters BSP sees, in
+    BSP's order; a larger bound lets fast partitions run on while a straggler catches up.
+    ``max_iter`` of a fit counts clocks: at most ``max_iter`` updates per partition on
+    average.
+
+    Parameters
+    ----------
+    staleness : int, default=3
+        Clocks a partition may run ahead of the slowest one.
+
+    References
+    ----------
+    Ho, Cipar, Cui, Lee, Kim, Gibbons, Gibson, Ganger, Xing. "More Effective Distributed ML
+    via a Stale Synchronous Parallel Parameter Server." NIPS 2013.
+    Wei, Dai, Qiao, Ho, Cui, Ganger, Gibbons, Gibson, Xing. "Managed Communication and
+    Consistency for Fast Data-Parallel Iterative Analytics." SoCC 2015 (Bösen).
+    """
+
+    name: ClassVar[str] = "ssp"
+    rounds: ClassVar[bool] = False
+    cursor: ClassVar[str] = "resume"  # a task scans its whole partition: no cursor to choose
+    staleness: int = 3
+
+    def __post_init__(self) -> None:
+        s = self.staleness
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise ValueError(
+                "The 'staleness' parameter of SSP must be an int in the range [0, inf). "
+                f"Got {s!r} instead."
+            )
+
+    @property
+    def staleness_bound(self) -> int | None:
+        return self.staleness
+
+
+@dataclass(frozen=True)
+class ASP(Policy):
+    """Asynchronous parallel: :class:`SSP` without a bound. A partition is submitted again
+    the moment its update is applied, however far ahead of the others it is.
+
+    References
+    ----------
+    Recht, Re, Wright, Niu. "Hogwild!: A Lock-Free Approach to Parallelizing Stochastic
+    Gradient Descent." NIPS 2011.
+    """
+
+    name: ClassVar[str] = "asp"
+    rounds: ClassVar[bool] = False
+    cursor: ClassVar[str] = "resume"
+
+    def __post_init__(self) -> None:
+        pass
+
+
+_NAMES: dict[str, type[Policy]] = {"bsp": BSP, "absp": ABSP, "ssp": SSP, "asp": ASP}
 #: The names ``sync=`` takes for the policies (with their default parameters).
 SYNC_NAMES: tuple[str, ...] = tuple(_NAMES)
 
 
 def as_policy(sync: str | Policy, *, owner: str = "fit") -> Policy:
-    """Return the policy for ``sync``: a policy object, or one of ``"bsp"``, ``"absp"``."""
+    """Return the policy for ``sync``: a policy object, or one of ``"bsp"``, ``"absp"``,
+    ``"ssp"``, ``"asp"``."""
     if isinstance(sync, Policy):
         return sync
     if isinstance(sync, str) and sync in _NAMES:

@@ -11,6 +11,7 @@ from sklearn.exceptions import ConvergenceWarning
 import daskabsp
 from daskabsp import BSP
 from daskabsp.cluster import get_client
+from daskabsp.policies import as_policy
 
 from ._callbacks import CallbackSupportMixin, caller_stacklevel
 from ._inputs import FitInput
@@ -35,6 +36,15 @@ class EngineMixin(CallbackSupportMixin):
         tags.non_deterministic = not self._sync_is_bsp()
         tags.input_tags.sparse = True
         return tags
+
+    def _callback_max_rounds(self) -> int | None:
+        """Most engine rounds of a fit; None (not known in advance) under SSP and ASP,
+        whose updates are reported one by one as rounds."""
+        try:
+            rounds = as_policy(self.sync).rounds
+        except ValueError:  # an invalid sync is reported by the parameter check
+            rounds = True
+        return super()._callback_max_rounds() if rounds else None
 
     def _n_partitions(self, data: FitInput) -> int | None:
         """The user's ``n_partitions``, at most one per row of in-memory input (None: the

@@ -31,6 +31,7 @@ from sklearn.utils._param_validation import (
 )
 
 from daskabsp import SYNC_NAMES, Policy
+from daskabsp.policies import as_policy
 
 __all__ = [
     "BOOLEAN",
@@ -54,6 +55,8 @@ VERBOSE = [Interval(numbers.Integral, 0, None, closed="left"), bool, Hidden(np.b
 
 #: ``False`` only (numpy's False too): for flags whose ``True`` daskabsp does not implement.
 FALSE_ONLY = [Options(bool, {False}), Hidden(Options(np.bool_, {np.False_}))]
+#: A policy per accepted ``sync`` name (to refuse a quota where there are no rounds).
+_POLICIES = {name: as_policy(name) for name in SYNC_NAMES}
 
 #: Constraints of the engine options every estimator takes.
 ENGINE_CONSTRAINTS: dict[str, list] = {
@@ -88,6 +91,7 @@ def validate_params(estimator, constraints: Mapping[str, list]) -> None:
             if name in reasons and name in theirs and _accepts(theirs[name], params[name]):
                 raise InvalidParameterError(f"{error} {reasons[name]}") from None
             raise
+    _check_quota_with_sync(estimator, params)
     combinations = getattr(estimator, "_check_param_combinations", None)
     if combinations is not None:
         combinations()
@@ -110,6 +114,21 @@ def reject(estimator, name: str, must_be: str, why: str) -> InvalidParameterErro
         f"The {name!r} parameter of {type(estimator).__name__} must be {must_be}. "
         f"Got {value!r} instead. {why}"
     )
+
+
+def _check_quota_with_sync(estimator, params: dict) -> None:
+    """A quota (rows per round) has no meaning without rounds (SSP, ASP): refused here,
+    before any work, as the engine would refuse it."""
+    if params.get("quota") is None or "sync" not in params:
+        return
+    sync = params["sync"]
+    policy = sync if isinstance(sync, Policy) else _POLICIES.get(sync)
+    if policy is not None and not policy.rounds:
+        raise InvalidParameterError(
+            f"The 'quota' parameter of {type(estimator).__name__} must be None with "
+            f"sync={sync!r} (its updates replace a partition's whole statistics). Got "
+            f"{params['quota']!r} instead."
+        )
 
 
 def check_sample_weight(sample_weight, n_samples: int) -> np.ndarray:

@@ -294,6 +294,16 @@ class Link:
         finally:
             fut.release()
 
+    async def shared_params(self, params, rid: RoundId):
+        """``params`` as tasks submitted one at a time take them (SSP, ASP: the tasks of one
+        parameter version start as their partitions become ready): inline, or, when larger
+        than ``daskabsp.inline-params``, scattered once under ``rid``'s key (release the
+        future once no further task will take it; tasks submitted keep it alive)."""
+        if sizeof(params) <= config.nbytes("inline-params"):
+            return params
+        key = rid.key_prefix(self.program.name, "-params")
+        return (await self.client.scatter({key: params}, broadcast=True, hash=False))[key]
+
     # -- collecting ----------------------------------------------------------------------------
 
     async def gather(self, futs: list[Future]) -> list:
@@ -374,6 +384,11 @@ class Link:
         if self._halted is None:
             self._halted = asyncio.ensure_future(self._stop_everywhere(list(self.in_flight)))
         return self._halted
+
+    async def stop(self, rids: list[RoundId]) -> None:
+        """Stop the tasks of rounds ``rids`` on every worker (they return at their next
+        chunk; e.g. the tasks still running when an SSP or ASP fit has converged)."""
+        await self._stop_everywhere(list(rids))
 
     async def _stop_everywhere(self, rids: list[RoundId]) -> None:
         if not rids:

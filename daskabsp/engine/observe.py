@@ -1,4 +1,5 @@
-"""Watching a fit: one record per round, built once, fanned out to whoever watches.
+"""Watching a fit: one record per round (or, under SSP and ASP, per update), built once, fanned
+out to whoever watches.
 
 Three watchers see each round: the fit history (:class:`daskabsp.history.HistoryRecorder`),
 the dashboard page (:class:`daskabsp.reporting.FitReporter`) and the callbacks
@@ -20,9 +21,10 @@ import numpy as np
 
 from ..callbacks import CallbackList, FitInfo, RoundInfo
 from ..caller import Call
-from ..history import HistoryRecorder
+from ..history import HistoryRecorder, UpdateRecorder
 from ..reporting import FitReporter
 from ..runtime import PartialResult
+from .clocks import Update
 from .plan import Outcome, Settlement
 
 
@@ -61,6 +63,38 @@ class RoundRecord:
     outcomes: Sequence[Outcome]
     settlement: Settlement
     coef: np.ndarray
+
+
+@dataclass(frozen=True)
+class UpdateRecord:
+    """One update of a fit without rounds (SSP, ASP), as its watchers see it.
+
+    Attributes
+    ----------
+    update : Update
+        The update: its lease (partition, clock, attempt, version, lead) and its order.
+    objective : float
+        The program's objective after it (:meth:`~daskabsp.programs.Program.
+        partition_objective`).
+    result : PartialResult
+        The partition task's result.
+    size : int
+        Rows in the partition.
+    owners : sequence of str
+        The worker of every partition (the update's partition: where its task ran).
+    coef : ndarray
+        The parameters after the update.
+    params : ndarray or None
+        The coefficients recorded in the history (None: not recorded).
+    """
+
+    update: Update
+    objective: float
+    result: PartialResult
+    size: int
+    owners: Sequence[str]
+    coef: np.ndarray
+    params: Any = None
 
 
 class Observers:
@@ -105,7 +139,8 @@ class Observers:
     async def begin(self, info: FitInfo) -> None:
         """The rounds are about to start: tell the watchers, and start the clock."""
         self.info = info
-        self.recorder = HistoryRecorder(info.n_partitions)
+        self.recorder = (UpdateRecorder() if info.unit == "update"
+                         else HistoryRecorder(info.n_partitions))
         if self.reporter is not None:
             self.reporter.start(program=info.program, sync=info.sync,
                                 n_partitions=info.n_partitions)
@@ -152,6 +187,38 @@ class Observers:
             rows_asked=int(sum(rec.quotas)), n_samples=info.n_samples,
             harvested=sum(bool(res.stopped) for res in owned),
             n_partitions=info.n_partitions, elapsed=wall))
+
+    async def update_end(self, rec: UpdateRecord) -> bool:
+        """An update (SSP, ASP) was applied: record it everywhere, the dashboard and the
+        callbacks seeing it as a round of its one partition; True if a callback asks to stop
+        the fit."""
+        wall = self.wall()
+        res, lease = rec.result, rec.update.lease
+        p, n = lease.partition, rec.update.applied
+        self.recorder.add(
+            wall=wall, partition=p, clock=lease.clock, version=lease.version,
+            staleness=rec.update.staleness, lead=lease.lead, attempt=lease.attempt,
+            objective=rec.objective, rows=res.rows, compute_seconds=res.compute_seconds,
+            task_start=res.start - self.epoch0, task_stop=res.stop - self.epoch0,
+            worker=res.worker, params=rec.params)
+        if self.reporter is not None:
+            one = [0] * len(rec.owners)
+            rows, quota, compute = list(one), list(one), [0.0] * len(one)
+            rows[p], quota[p], compute[p] = int(res.rows), int(rec.size), \
+                float(res.compute_seconds)
+            self.reporter.round(round=n, wall=wall, objective=float(rec.objective), rows=rows,
+                                quota=quota, compute=compute, harvested=[False] * len(one),
+                                worker=list(rec.owners))
+        self.ran = (n + 1, False)
+        if not self.callbacks:
+            return False
+        await self._call(self.callbacks.round_begin, n, np.asarray(rec.coef))
+        info = self.info
+        return await self._call(self.callbacks.round_end, RoundInfo(
+            round=n, max_iter=info.max_iter, objective=float(rec.objective),
+            coef=np.asarray(rec.coef), rows=int(res.rows), rows_asked=int(rec.size),
+            n_samples=info.n_samples, harvested=0, n_partitions=info.n_partitions,
+            elapsed=wall))
 
     def converged(self, n_iter: int) -> None:
         """The fit converged after ``n_iter`` rounds (for the callbacks' ``on_fit_end``)."""

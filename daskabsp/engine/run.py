@@ -16,6 +16,7 @@ from ..partitions import is_dask, row_chunks
 from ..policies import Policy
 from ..programs.base import Program
 from ..reporting import open_reporter
+from .clock_loop import ClockLoop
 from .link import Link
 from .loop import RoundLoop
 from .observe import Observers
@@ -33,9 +34,10 @@ class FitResult:
     state : object
         The program's final driver state.
     history : xarray.Dataset
-        One record per round (dims ``round``, ``partition``).
+        One record per round (dims ``round``, ``partition``); under SSP and ASP one record
+        per update (dim ``update``).
     n_iter : int
-        Rounds run.
+        Rounds run (SSP, ASP: updates per partition, rounded up).
     converged : bool
         Whether the program's stopping rule (or ``tol``) was met before ``max_iter``.
     """
@@ -97,6 +99,11 @@ class FitRun:
         self.policy = policy
         self.rows = rows
         self.options = options
+        if not policy.rounds and options.quota is not None:
+            raise ValueError(
+                f"quota={options.quota!r} does not apply to {type(policy).__name__}: each of "
+                "its updates replaces a partition's whole statistics. Leave quota=None, or "
+                "use more partitions (n_partitions) for smaller updates.")
         self.fit_id = uuid.uuid4().hex[:8]
         self.observers = Observers(callbacks)
         self.link: Link | None = None
@@ -171,15 +178,16 @@ class FitRun:
                                      None)
 
     async def _rounds(self, placement: Placement) -> FitResult:
-        program = self.program
-        loop = RoundLoop(self, placement)
+        program, rounds = self.program, self.policy.rounds
+        # The policy says whether the fit runs global rounds or a clock per partition.
+        loop = RoundLoop(self, placement) if rounds else ClockLoop(self, placement)
         sizes = placement.sizes
         state = program.init(placement.parts.n_features, int(sum(sizes)))
         await loop.start()
         await self.observers.begin(FitInfo(
-            max_iter=self.options.max_iter, n_samples=int(sum(sizes)),
-            n_partitions=len(sizes), sync=self.policy.name, program=program.name,
-            fit_id=self.fit_id))
+            max_iter=self.options.max_iter * (1 if rounds else len(sizes)),
+            n_samples=int(sum(sizes)), n_partitions=len(sizes), sync=self.policy.name,
+            program=program.name, fit_id=self.fit_id, unit="round" if rounds else "update"))
         try:
             state, converged = await loop.run(state)
         finally:
@@ -194,10 +202,14 @@ class FitRun:
             "replicas": int(config.get("replicas")) if loop.helpers is not None else 0,
             "max_worker_data_bytes": max(held.values(), default=0),
         }
+        if not rounds:
+            bound = self.policy.staleness_bound
+            attrs["staleness_bound"] = -1 if bound is None else int(bound)
         history = self.observers.recorder.dataset(attrs=attrs, sizes=sizes,
                                                   harvest_latency=latency, stop_time=stop_time)
         return FitResult(coef=np.asarray(program.coefficients(state)), state=state,
-                         history=history, n_iter=len(loop.rids), converged=converged)
+                         history=history,
+                         n_iter=len(loop.rids) if rounds else loop.n_iter, converged=converged)
 
     def converged(self, state, obj: float, prev: float | None) -> bool:
         """Whether the fit stops at ``state``: the program's own rule, or else the objective

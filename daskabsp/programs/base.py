@@ -167,3 +167,25 @@ class Program(ABC):
     def coefficients(self, state: Any) -> np.ndarray:
         """Return the fitted parameters as an array (for the history and the user)."""
         return np.asarray(self.params(state))
+
+    # -- policies without rounds (SSP, ASP) ---------------------------------------------------
+
+    def partition_update(self, state: Any, piece: PartitionStats, params: Any,
+                         staleness: int) -> Any:
+        """Return the state after one partition's statistics are applied (SSP, ASP).
+
+        ``piece`` holds the statistics of one partition's whole scan, computed at ``params``
+        (:meth:`params` of the state its task started from), ``staleness`` updates ago; the
+        state is the newest one. The default applies the round update to the piece alone,
+        at the newest state: the textbook asynchronous update, whatever parameters the
+        statistics were computed at. Programs override it to fold the piece into an
+        aggregate of every partition's latest statistics (each counted once, whatever its
+        speed), as :class:`~daskabsp.programs.LogisticGD`, the Newton programs and
+        :class:`~daskabsp.programs.LloydKMeans` do.
+        """
+        return self.update(state, self.combine_round([piece], params), piece.rows)
+
+    def partition_objective(self, state: Any, piece: PartitionStats, params: Any) -> float:
+        """The objective recorded after :meth:`partition_update` of ``piece`` gave ``state``
+        (SSP, ASP). Default: the round objective over the piece's rows."""
+        return self.objective(state, self.combine_round([piece], params), piece.rows)

@@ -8,6 +8,7 @@ from typing import ClassVar
 import numpy as np
 import scipy.sparse as sp
 
+from .aggregate import Piece, put_piece, rows_of, total
 from .base import PartitionStats, Program
 from .cycles import CycleLedger, RoundStats
 
@@ -60,6 +61,14 @@ class KMeansState:
     shift: float = np.inf
     #: Which statistics the last update used ("pass" or "round").
     model: str = "round"
+
+
+@dataclass(frozen=True)
+class AggregateKMeansState(KMeansState):
+    """Driver state of :class:`LloydKMeans` under SSP or ASP: every partition's latest
+    per-cluster sums and counts, and the centers they were assigned with."""
+
+    pieces: tuple[Piece, ...] = ()
 
 
 @dataclass
@@ -173,3 +182,31 @@ class LloydKMeans(Program):
 
     def coefficients(self, state: KMeansState) -> np.ndarray:
         return state.centers
+
+    def partition_update(self, state: KMeansState, piece: PartitionStats, params: np.ndarray,
+                         staleness: int) -> AggregateKMeansState:
+        """SSP/ASP: the means of every partition's latest per-cluster sums and counts (see
+        :mod:`~daskabsp.programs.aggregate`), each partition's rows assigned at the centers
+        its task started from; a cluster no row is assigned to keeps its center.
+
+        Converged once every partition has reported and the new centers are within ``tol``
+        (squared shift) of the centers every partition last assigned its rows with: under
+        ``SSP(0)`` each sweep is a Lloyd round under BSP, and this is its stopping rule.
+        """
+        pieces = put_piece(getattr(state, "pieces", ()),
+                           Piece(piece.partition, piece.rows, piece.stats, np.asarray(params)))
+        c = state.centers
+        new = self._means(total(pieces), c)
+        complete = rows_of(pieces) >= state.n_rows
+        moved = max(float(((new - q.params) ** 2).sum()) for q in pieces)
+        return AggregateKMeansState(
+            centers=new, n_rows=state.n_rows, round=state.round + 1,
+            converged=complete and moved <= self.tol, shift=float(((new - c) ** 2).sum()),
+            model="pass" if complete else "round", pieces=pieces)
+
+    def partition_objective(self, state: AggregateKMeansState, piece: PartitionStats,
+                            params) -> float:
+        """The mean inertia of the partitions' latest assignments (each at its own
+        centers)."""
+        t = total(state.pieces)
+        return float(t[2] / t[1]) if t[1] > 0 else float("nan")

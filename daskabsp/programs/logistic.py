@@ -9,7 +9,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import expit
 
-from .base import Program
+from .aggregate import Piece, put_piece, rows_of, total
+from .base import PartitionStats, Program
 
 
 def squared_norm_sum(X) -> float:
@@ -103,6 +104,34 @@ class LogisticGD(Program):
 
     def coefficients(self, state: dict) -> np.ndarray:
         return state["w"]
+
+    def partition_update(self, state: dict, piece: PartitionStats, params: np.ndarray,
+                         staleness: int) -> dict:
+        """SSP/ASP: a gradient step from the aggregate of every partition's latest
+        statistics (see :mod:`~daskabsp.programs.aggregate`).
+
+        Each partition ``p`` last computed its gradient at ``w_p``; the new parameters are
+        the row-weighted mean of the partitions' own steps ``w_p - grad_p(w_p) / L``, i.e.
+        ``mean_w - (mean_grad + penalty'(mean_w)) / L``: the delay-tolerant averaged
+        gradient step of Mishchenko et al. (2018), with the step ``1 / L`` of the rounds and
+        no acceleration. Under ``SSP(0)`` each sweep is a round of unaccelerated gradient
+        descent under BSP.
+        """
+        pieces = put_piece(state.get("pieces", ()), Piece(piece.partition, piece.rows,
+                                                          piece.stats, np.asarray(params)))
+        k = rows_of(pieces)
+        center = np.sum([q.params * (q.rows / k) for q in pieces], axis=0)
+        grad, lipschitz = self._loss_grad(center, total(pieces), k, state["n"])
+        w = center - grad / lipschitz
+        return {"w": w, "v": w, "t": 1.0, "n": state["n"], "pieces": pieces,
+                "center": center}
+
+    def partition_objective(self, state: dict, piece: PartitionStats, params) -> float:
+        """The partitions' latest losses (each at its own parameters) over their rows, plus
+        the penalty at their mean parameters."""
+        pieces = state["pieces"]
+        return self.objective({"v": state["center"], "n": state["n"]}, total(pieces),
+                              rows_of(pieces))
 
     def full_objective(self, w: np.ndarray, X, y) -> float:
         """The exact objective at ``w`` over all of ``X``, ``y`` (in memory)."""

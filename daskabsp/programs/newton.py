@@ -414,6 +414,19 @@ class NewtonProgram(Program):
     def coefficients(self, state: NewtonState) -> np.ndarray:
         return state.theta
 
+    def partition_update(self, state: NewtonState, piece: PartitionStats, params,
+                         staleness: int) -> NewtonState:
+        """SSP/ASP: one trust-region Newton step on the sum of every partition's latest
+        Taylor model (see :mod:`~daskabsp.programs.incremental`)."""
+        from .incremental import partition_update
+
+        return partition_update(self, state, piece, params, staleness)
+
+    def partition_objective(self, state, piece: PartitionStats, params) -> float:
+        """The partitions' latest losses (each at its own parameters) over the rows, plus the
+        penalty at their mean parameters."""
+        return float(state.objective)
+
     def converged(self, state: NewtonState) -> bool:
         return state.converged
 

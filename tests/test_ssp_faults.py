@@ -1,0 +1,151 @@
+"""SSP with a worker frozen or killed mid-fit: its partitions move, no update is lost or
+applied twice, and a late result of a task given up on is never applied."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass
+
+import dask
+import numpy as np
+import pytest
+from distributed import Client, LocalCluster
+from sklearn.datasets import make_classification
+from sklearn.linear_model import LogisticRegression
+from test_ssp import check_history
+
+from daskabsp import SSP, LogisticGD, RoundCallback, fit
+from daskabsp.programs import LinearNewton
+
+_chunks_seen = [0]
+
+
+@dataclass
+class KillOnce(LinearNewton):
+    """Logistic Newton whose scan SIGKILLs its own worker once, after some chunks (the
+    first worker to see ``kill_file`` removes it and dies)."""
+
+    kill_file: str = ""
+    after_chunks: int = 30
+
+    def accumulate(self, acc, params, X, y, sample_weight):
+        _chunks_seen[0] += 1
+        if _chunks_seen[0] >= self.after_chunks and os.path.exists(self.kill_file):
+            try:
+                os.remove(self.kill_file)
+            except FileNotFoundError:
+                pass
+            else:
+                os.kill(os.getpid(), signal.SIGKILL)
+        super().accumulate(acc, params, X, y, sample_weight)
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = make_classification(n_samples=200_000, n_features=10, n_informative=6,
+                               random_state=0)
+    return X, y.astype(float)
+
+
+@pytest.mark.slow
+def test_worker_killed_under_ssp(tmp_path, data):
+    X, y = data
+    sk = LogisticRegression(C=1.0, tol=1e-12, max_iter=10_000).fit(X, y)
+    program = KillOnce(loss="logistic", l2=1.0 / len(y), kill_file=str(tmp_path / "kill"))
+    f_opt = program.full_objective(np.r_[sk.coef_.ravel(), sk.intercept_][None], X, y)
+    (tmp_path / "kill").touch()
+    with LocalCluster(n_workers=4, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        res = fit(program, X, y, sync=SSP(1), n_partitions=4, client=client)
+    assert not (tmp_path / "kill").exists(), "no worker was killed"
+    assert res.converged
+    h = res.history
+    check_history(h)  # every (partition, clock) applied once: none lost, none twice
+    assert program.full_objective(res.coef, X, y) <= f_opt * (1 + 1e-3)
+
+
+@dataclass
+class FreezeOnce(LogisticGD):
+    """Gradient descent whose scan freezes (SIGSTOP) its own worker once, in the middle of
+    a task, after some chunks, for ``seconds`` (the first worker to see ``freeze_file``
+    removes it; a shell it starts sends the SIGCONT)."""
+
+    freeze_file: str = ""
+    after_chunks: int = 20
+    seconds: float = 5.0
+
+    def accumulate(self, acc, params, X, y, sample_weight):
+        _chunks_seen[0] += 1
+        if _chunks_seen[0] >= self.after_chunks and os.path.exists(self.freeze_file):
+            try:
+                os.remove(self.freeze_file)
+            except FileNotFoundError:
+                pass
+            else:
+                pid = os.getpid()
+                subprocess.Popen(["sh", "-c", f"sleep {self.seconds}; kill -CONT {pid}"],
+                                 start_new_session=True)
+                os.kill(pid, signal.SIGSTOP)
+        super().accumulate(acc, params, X, y, sample_weight)
+
+
+class StopWhenLate(RoundCallback):
+    """Stops the fit once the late result of the task given up on has been seen."""
+
+    def __init__(self, late: threading.Event) -> None:
+        self.late = late
+
+    def on_round_end(self, info) -> bool:
+        return self.late.is_set()
+
+
+class _Seen(logging.Handler):
+    """Sets ``late`` when the loop says it dropped a late result."""
+
+    def __init__(self, late: threading.Event) -> None:
+        super().__init__(logging.INFO)
+        self.late = late
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "came back late" in record.getMessage():
+            self.late.set()
+
+
+@pytest.mark.slow
+def test_worker_frozen_under_ssp(tmp_path, data):
+    """A worker frozen longer than daskabsp.unresponsive-after: its task is given up on,
+    its partition moves and is resubmitted (attempt 1), the fit goes on, and the frozen
+    task's result, which comes back once the worker resumes, is not applied."""
+    X, y = data
+    late = threading.Event()
+    handler = _Seen(late)
+    log = logging.getLogger("daskabsp.engine.clock_loop")
+    level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    with dask.config.set({"daskabsp.unresponsive-after": "2s"}), \
+            LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
+                         dashboard_address=":0") as cluster, Client(cluster) as client:
+        pids = client.run(os.getpid)
+        (tmp_path / "freeze").touch()
+        try:
+            res = fit(FreezeOnce(freeze_file=str(tmp_path / "freeze")), X, y, sync=SSP(2),
+                      max_iter=2000, tol=None, n_partitions=3, client=client,
+                      callback=StopWhenLate(late))
+        finally:
+            for pid in pids.values():  # if anything went wrong before the shell resumed it
+                os.kill(pid, signal.SIGCONT)
+            log.removeHandler(handler)
+            log.setLevel(level)
+    h = res.history
+    check_history(h)  # every (partition, clock) applied once: none lost, none twice
+    assert late.is_set(), "the given-up task's result never came back"
+    assert not (tmp_path / "freeze").exists(), "no worker was frozen"
+    again = h.attempt.values > 0
+    assert again.any(), "no task was given up on"
+    frozen = {w for w in np.unique(h.worker.values) if w and w not in h.worker.values[again]}
+    assert frozen, "the given-up partition was resubmitted to its frozen worker"
