@@ -78,9 +78,10 @@ def plan(leftovers: Sequence[Leftover], speed: Mapping[str, float],
     for lo in sorted(todo, key=lambda lo: (len(lo.holders), lo.partition)):
         holders = sorted({w for w in lo.holders if w in cap}, key=lambda w: (-cap[w], w))
         c = cost.get(lo.partition, 1.0)
-        seconds = _level(lo.rows * c, {w: cap[w] for w in holders}, busy)
-        share = _apportion(lo.rows, [seconds[w] for w in holders]
-                           if any(seconds.values()) else [1.0] * len(holders))
+        work = _level(lo.rows * c, {w: cap[w] for w in holders}, busy)
+        share = (_whole_rows(lo.rows, [work[w] / c for w in holders],
+                             [(busy[w], cap[w] / c) for w in holders])
+                 if any(work.values()) else _apportion(lo.rows, [1.0] * len(holders)))
         big = max(range(len(holders)), key=lambda i: share[i])
         for i in range(len(holders)):
             if i != big and 0 < share[i] < min_rows:
@@ -97,6 +98,22 @@ def plan(leftovers: Sequence[Leftover], speed: Mapping[str, float],
             for n in cuts:
                 pos = _emit(pieces, lo, pos, n, w)
     return pieces
+
+
+def _whole_rows(rows: int, share: list[float], pace: list[tuple[float, float]]) -> list[int]:
+    """Whole rows from the level shares ``share`` (rows, summing to ``rows``): each rounded
+    down, then the rows left one at a time to the worker that would finish first with one
+    more (``pace``: seconds it is busy already, rows per second). Rounding a slow worker's
+    share up could make it end after the partition's owner alone would have."""
+    out = [min(int(x), rows) for x in share]
+
+    def end_with_one_more(i: int) -> tuple[float, int]:
+        busy, rate = pace[i]
+        return (busy + (out[i] + 1) / rate if rate > 0 else math.inf), i
+
+    for _ in range(rows - sum(out)):
+        out[min(range(len(out)), key=end_with_one_more)] += 1
+    return out
 
 
 def _level(work: float, cap: Mapping[str, float], busy: Mapping[str, float]) -> dict[str, float]:

@@ -7,7 +7,7 @@ import math
 from collections import Counter
 
 import numpy as np
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from daskabsp import ABSP, BSP
@@ -227,6 +227,9 @@ def helped_rounds(draw):
 
 @settings(max_examples=300, deadline=None)
 @given(helped_rounds(), st.booleans())
+# rows rounded up onto a slower copy holder once made it end after the owner alone
+@example((["tcp://b"], [["tcp://c"]], [2], [0],
+          {"tcp://a": 1.0, "tcp://b": 9.0, "tcp://c": 4.0, "tcp://d": 1.0}), False)
 def test_helpers_never_make_a_round_wait_longer_than_its_owners_would(case, needed):
     """What a stopped partition left goes to helpers only where another worker holds a copy
     (otherwise it is counted next round, the published rule, unless the program needs every

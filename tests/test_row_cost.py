@@ -195,7 +195,7 @@ def test_sampled_hessian_reaches_the_optimum_under_a_straggler(slowed, name, syn
     ends within 1e-6 of scikit-learn's optimum, under BSP, A-BSP and A-BSP as published
     (partial rounds), with one worker 4x slower."""
     X, y, prog, ref = _problem(name)
-    policy = ABSP(helpers=False) if sync == "absp-paper" else sync
+    policy = ABSP.published() if sync == "absp-paper" else sync
     res = daskabsp.fit(prog, X, y.astype(np.float64), sync=policy, max_iter=200, tol=None,
                        n_partitions=4)
     assert res.converged
