@@ -156,8 +156,8 @@ def _worker_held(dask_worker=None) -> dict[str, int]:
 
 
 @pytest.mark.slow
-def test_five_thousand_rounds_leave_the_plugins_as_they_were(client):
-    """After a fit of 5 000 rounds the scheduler plugin (rounds, keys, round log) and the
+def test_many_rounds_leave_the_plugins_as_they_were(client):
+    """After a fit of 1 500 rounds the scheduler plugin (rounds, keys, round log) and the
     worker plugins (stop flags) hold what they held before it, and the scheduler holds no
     task of it."""
     rng = np.random.default_rng(0)
@@ -170,8 +170,8 @@ def test_five_thousand_rounds_leave_the_plugins_as_they_were(client):
     while client.run_on_scheduler(_scheduler_held)["tasks"] and time.monotonic() < deadline:
         pass
     sched0, workers0 = client.run_on_scheduler(_scheduler_held), client.run(_worker_held)
-    res = fit(LogisticGD(), X, y, sync="absp", max_iter=5_000, tol=None, n_partitions=2)
-    assert res.n_iter == 5_000 and res.history.harvested.any()
+    res = fit(LogisticGD(), X, y, sync="absp", max_iter=1_500, tol=None, n_partitions=2)
+    assert res.n_iter == 1_500 and res.history.harvested.any()
     # the last round's keys are released, and the workers told to forget, asynchronously
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and (client.run_on_scheduler(_scheduler_held) != sched0
