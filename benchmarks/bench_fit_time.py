@@ -158,7 +158,7 @@ def fit_once(client, make, X, y, sync: str, scenario: str, seed: int, daskml=Non
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            daskml_fit(client, "newton", *daskml)
+            daskml_fit(client, "newton", *daskml, 2)
         return {"seconds": time.perf_counter() - t0, "rounds": -1, "trace": [],
                 "returned": None, "held": np.nan}
     est = make(SYNCS[sync])
@@ -225,9 +225,9 @@ def run_case(name: str, make, X, y, scenario: str, n_workers: int, syncs: list[s
             client.register_plugin(SlowWorkers({slow: FACTOR}))
         daskml = None
         if "dask-ml" in syncs:
-            from bench_solvers import daskml_arrays
+            from bench_solvers import place_pieces
 
-            daskml = daskml_arrays(client, X, y)
+            daskml = place_pieces(client, X, y)[2:]
         fits: dict[str, list[dict]] = {s: [] for s in syncs}
         unfrozen: dict[str, list[float]] = {s: [] for s in syncs}
         for r in range(repeats):
