@@ -168,7 +168,8 @@ class HistoryAccessor:
     def plot_clocks(self, ax: Axes | None = None, **kwargs: Any) -> Axes:
         """Plot each partition's clock (its updates so far) against the time since the fit
         started (SSP and ASP fits): the fast partitions' lines run ahead of a straggler's,
-        at most ``s`` clocks ahead under ``SSP(s)``.
+        under ``SSP(s)`` a partition starts an update at most ``s`` clocks ahead of the
+        slowest, so its line can run up to ``s + 1`` clocks above the slowest one's.
 
         Parameters
         ----------
