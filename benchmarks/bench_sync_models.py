@@ -30,8 +30,9 @@ import time
 import warnings
 
 import numpy as np
-from _common import FitCallback, parse_args, spread, summary, table, write_json
+from _common import parse_args, spread, summary, table, write_json
 from _data import dense_classification
+from bench_fit_time import _ATTRS, Trace  # (under SSP/ASP its "round" is an update)
 from distributed import Client, LocalCluster
 from sklearn.cluster import KMeans as SkKMeans
 from sklearn.datasets import make_blobs
@@ -104,25 +105,6 @@ def reference(name: str, X, y, seed: int) -> float:
     est.fit(X, y)
     return objective(name, X, y, {a: getattr(est, a) for a in ("coef_", "intercept_",
                                                                "classes_")})
-
-
-_ATTRS = ("coef_", "intercept_", "classes_", "cluster_centers_")
-
-
-class Trace(FitCallback):
-    """Copies the fitted attributes after each engine round (update), with the time since
-    ``t0``."""
-
-    def __init__(self) -> None:
-        self.t0 = time.perf_counter()
-        self.points: list[tuple[float, dict]] = []
-
-    def on_fit_task_end(self, estimator, context, *, fitted_estimator=None) -> bool:
-        if context.task_name == "round" and fitted_estimator is not None:
-            self.points.append((time.perf_counter() - self.t0, {
-                a: np.array(getattr(fitted_estimator, a)) for a in _ATTRS
-                if hasattr(fitted_estimator, a)}))
-        return False
 
 
 class Transient:
