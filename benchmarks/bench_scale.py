@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import uuid
 
 import dask
 import numpy as np
@@ -35,7 +34,6 @@ from _common import (
     load_note,
     local_cluster,
     logistic_data,
-    noop,
     parse_args,
     spread,
     summary,
@@ -44,6 +42,7 @@ from _common import (
     warm_up,
     write_json,
 )
+from bench_round_overhead import _plain_async
 from distributed import futures_of
 
 import daskabsp
@@ -88,23 +87,11 @@ def _chunk_futures(A) -> list:
     return [by_key[k] for k in dask.core.flatten(A.__dask_keys__())]
 
 
-async def _plain(client, xs, ys, params, n_rounds: int) -> list[float]:
-    uid = uuid.uuid4().hex[:8]
-    times = []
-    for r in range(n_rounds):
-        t0 = time.perf_counter()
-        futs = [client.submit(noop, xs[p], ys[p], params, key=(f"plain-noop-{uid}-{r:05d}", p))
-                for p in range(len(xs))]
-        await client.gather(futs)
-        del futs
-        times.append(time.perf_counter() - t0)
-    return times
-
-
 def plain_rounds(client, X, y, n_rounds: int) -> list[float]:
     """Per-round wall time of plain submit + gather, as a coroutine on the client's loop."""
     params = np.zeros(X.shape[1] + 1)
-    return client.sync(_plain, client, _chunk_futures(X), _chunk_futures(y), params, n_rounds)
+    return client.sync(_plain_async, client, _chunk_futures(X), _chunk_futures(y), params,
+                       n_rounds)
 
 
 class LoopMarks(daskabsp.RoundCallback):
