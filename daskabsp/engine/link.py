@@ -340,13 +340,7 @@ class Link:
 
     async def _collect(self, futs: list[Future], rid: RoundId, cursors: list[int], *,
                       quorum: int, settle: bool) -> Collected:
-        """:meth:`collect`, without the timing.
-
-        With ``settle``, on the scheduler path, stop waiting once the scheduler says the round
-        has settled: a task still queued when the stop reached its worker computes nothing,
-        so it gets an idle result here (``cursors[i]``: where task ``i`` would have started)
-        and its future is released, usually before it runs; and tasks on a worker that went
-        silent are given up on (``late``)."""
+        """:meth:`collect`, without the timing."""
         await self.path.watch(self, futs, rid, quorum)
         if not (settle and self.path.scheduler_plugin):
             return Collected(await self.gather(futs), {}, set())
