@@ -109,13 +109,11 @@ class Membership:
                           late: Mapping[int, str], r: int) -> None:
         """After round ``r`` (partition ``p``'s task ran on ``ran_on[p]``; ``late``: the
         partitions given up on, and their worker): who is alive and answering (workers given
-        up on, or not heard from, join the silent; those heard from again leave them);
+        up on join the silent, those heard from again leave them);
         partitions re-balanced over the live workers, and those only silent workers hold
         moved to a copy or placed again."""
-        live, quiet = await self._members(link, moved=ran_on != placement.owner)
-        # Not only the workers a round gave up on: a worker can freeze holding a partition
-        # whose task runs elsewhere (waiting to fetch its rows, so reported idle every round).
-        gone = set(late.values()) | self.lost_helpers | quiet
+        live = await self._members(link, moved=ran_on != placement.owner)
+        gone = set(late.values()) | self.lost_helpers
         newly = gone - self.silent
         self.silent |= gone
         self.lost_helpers = set()
@@ -133,19 +131,18 @@ class Membership:
         owner, promoted = reassign(ran_on, live, stranded, copies)
         await placement.reassign(owner, promoted, stranded, self.silent)
 
-    async def _members(self, link: Link, *, moved: bool) -> tuple[dict[str, int], set[str]]:
-        """The cluster's workers now and those of them not heard from, if asked this round
-        (or if a partition ran off its owner); else those known, and none newly silent.
-        Silent workers heard from again leave the silent."""
+    async def _members(self, link: Link, *, moved: bool) -> dict[str, int]:
+        """The cluster's workers now if asked this round (or if a partition ran off its
+        owner), and then whether silent workers answer again; else those known."""
         query, self._query = self._query, None
         if query is None and moved:
             query = asyncio.ensure_future(link.threads())
         if query is None:
-            return self.threads, set()
+            return self.threads
         live = await query
-        quiet = await link.silent(set(live) | self.silent)
-        self.silent &= quiet
-        return live, quiet
+        if self.silent:
+            self.silent &= await link.silent(self.silent)
+        return live
 
 
 def _retrieve(task: asyncio.Future) -> None:
