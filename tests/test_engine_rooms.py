@@ -52,15 +52,19 @@ def own(rows: int, worker: str = "tcp://a", chunk_rows: int = 0) -> PartialResul
 
 
 @given(st.sampled_from(POLICIES), st.lists(st.integers(1, 100), min_size=1, max_size=8),
-       st.booleans(), st.booleans(), st.one_of(st.none(), st.floats(1.0, 5.0)))
-def test_plan_follows_the_policy(policy, sizes, full, helpers, expected):
+       st.booleans(), st.booleans(), st.one_of(st.none(), st.floats(1.0, 5.0)),
+       st.booleans())
+def test_plan_follows_the_policy(policy, sizes, full, helpers, expected, wanted):
+    """The plan is the policy's: BSP never stops; a full round is helped or runs as BSP;
+    otherwise the round stops at the quorum and has a helper phase only if the program
+    wants one (else it is one wave, as published, and copies are still made)."""
     quotas = [max(1, n // 2) for n in sizes]
     try:
         policy.check(len(sizes))
     except ValueError:
         assume(False)
     plan = plan_round(policy, quotas, sizes, full=full, helpers=helpers,
-                      expected_spread=expected)
+                      expected_spread=expected, help_wanted=wanted)
     if isinstance(policy, BSP):  # never stopped, every quota asked, never helped
         assert plan.quorum == 0 and plan.quotas == tuple(quotas) and not plan.helped
         assert not plan.full
@@ -72,7 +76,8 @@ def test_plan_follows_the_policy(policy, sizes, full, helpers, expected):
     elif balanced:  # no straggler expected: nothing to stop, every quota covered
         assert plan.quorum == 0 and plan.quotas == tuple(quotas) and not plan.helped
     else:  # stopped at the quorum; with helpers, they cover the quotas, full or not
-        assert plan.quorum == policy.round_quorum(len(sizes)) and plan.helped == helped
+        assert plan.quorum == policy.round_quorum(len(sizes))
+        assert plan.helped == (helped and (full or wanted)) and plan.copies == helped
         assert plan.quotas == tuple(quotas) and plan.full == full
         assert plan.unit == policy.quorum_unit
         assert all(0 <= g < q for g, q in zip(plan.grace, quotas, strict=True))

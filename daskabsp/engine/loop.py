@@ -103,7 +103,8 @@ class RoundLoop:
             params = program.params(state)
             plan = plan_round(policy, book.quotas, book.sizes, helpers=self.helpers is not None,
                               full=program.full_round(state), expected_spread=spread(
-                                  book.quotas, book.rate, self.placement.owner))
+                                  book.quotas, book.rate, self.placement.owner),
+                              help_wanted=program.help_round(state))
             ran = await self.run_round(r, plan, params)
             outcomes = ran.helped.outcomes
             settled = settle(policy, book.cursor, book.sizes, outcomes, ran.helped.helper_rows,
@@ -173,13 +174,16 @@ class RoundLoop:
         """The round's helper phase, if the plan has one (copies of stragglers' partitions
         started first, for later rounds)."""
         helpers = self.helpers
-        if helpers is None or not plan.helped:
-            return Helped([Outcome.own(res) for res in owned])
+        own = Helped([Outcome.own(res) for res in owned])
+        if helpers is None or not plan.copies:
+            return own
         helpers.observe(owned)
         # Other work holds the blocked workers for now: no piece can run there, and their
         # partitions' rows can only move on through copies.
         helpers.copy_stragglers(self.placement, owned, plan.quotas, self.membership.threads,
                                 blocked)
+        if not plan.helped:
+            return own
         self.fit.link.in_flight.append(rid.helpers())
         helped = await helpers.run(self.fit.link, self.placement, self.book, params,
                                    rid.helpers(), owned, plan.quotas, self.membership.threads,

@@ -37,6 +37,9 @@ class RoundPlan:
         What the quorum counts.
     grace : tuple of int
         Per partition, the rows a stopped task may have left and still finish.
+    copies : bool
+        Copies of the partitions whose workers fall behind are made (as in a helped round),
+        though this round has no helper phase: for the helped rounds to come.
     """
 
     quorum: int
@@ -45,6 +48,7 @@ class RoundPlan:
     helped: bool
     unit: str = "partitions"
     grace: tuple[int, ...] = ()
+    copies: bool = False
 
 
 def spread(quotas: Sequence[int], rates: Sequence[float | None],
@@ -61,15 +65,19 @@ def spread(quotas: Sequence[int], rates: Sequence[float | None],
 
 
 def plan_round(policy: Policy, quotas: Sequence[int], sizes: Sequence[int], *, full: bool,
-               helpers: bool, expected_spread: float | None = None) -> RoundPlan:
+               helpers: bool, expected_spread: float | None = None,
+               help_wanted: bool = True) -> RoundPlan:
     """The plan of a round under ``policy``.
 
     ``quotas`` are the fit's per-partition quotas, ``sizes`` the partitions' rows; ``full``
-    whether the program asks for every row this round; ``helpers`` whether copies for
-    helpers may be made at all (``daskabsp.replicas`` > 0); ``expected_spread`` the
-    :func:`spread` of the workers' scans expected this round. A full round is helped when
-    the policy is (stopped at the quorum, the helpers covering the rest), and run as BSP
-    otherwise: every partition scans all its rows, nobody stopped. A round whose workers are
+    whether the program asks for every row this round, ``help_wanted`` whether it wants
+    helpers to cover what stopped partitions leave otherwise
+    (:meth:`~daskabsp.programs.Program.help_round`); ``helpers`` whether copies for helpers
+    may be made at all (``daskabsp.replicas`` > 0); ``expected_spread`` the :func:`spread`
+    of the workers' scans expected this round. A full round is helped when the policy is
+    (stopped at the quorum, the helpers covering the rest), and run as BSP otherwise: every
+    partition scans all its rows, nobody stopped. A round the program does not want helped
+    is A-BSP as published: one wave, the partial rows counted. A round whose workers are
     expected to finish within the policy's grace of each other is not stopped either: there
     is no straggler to leave behind, and a stop would only cut rows short.
     """
@@ -83,7 +91,8 @@ def plan_round(policy: Policy, quotas: Sequence[int], sizes: Sequence[int], *, f
     if not quorum or balanced:
         return RoundPlan(0, tuple(quotas), False, False)
     grace = tuple(int(policy.grace * q) for q in quotas)
-    return RoundPlan(quorum, tuple(quotas), full, helped, policy.quorum_unit, grace)
+    return RoundPlan(quorum, tuple(quotas), full, helped and (full or help_wanted),
+                     policy.quorum_unit, grace, copies=helped)
 
 
 @dataclass(frozen=True, slots=True)

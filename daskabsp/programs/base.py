@@ -147,6 +147,20 @@ class Program(ABC):
         """
         return False
 
+    def help_round(self, state: Any) -> bool:
+        """Whether helpers should scan, from copies, the rows this round's stopped partitions
+        leave (default: yes).
+
+        Under the default A-BSP a round's helpers make it count every row a copy can reach,
+        at the price of a second wave of tasks. A program whose updates from the rows the
+        fastest workers scanned are as good as from every row (early Newton steps on large
+        data) returns False until it needs more: its rounds are then A-BSP as published,
+        one wave each, the stopped partitions resuming at their cursors next round; copies
+        are still made in the background, for the rounds that need every row
+        (:meth:`full_round`, always helped).
+        """
+        return True
+
     def converged(self, state: Any) -> bool | None:
         """Whether the fit has converged at ``state`` (after an update).
 
