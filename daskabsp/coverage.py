@@ -63,16 +63,32 @@ def plan(leftovers: Sequence[Leftover], speed: Mapping[str, float],
     to the holder with the largest share instead, so pieces stay worth a task. Each worker's
     share of a partition is cut into at most ``threads`` pieces, and at the partition's last
     row.
+
+    The first of a leftover's holders is its partition's owner: if whole rows make the
+    shared plan end later than each owner (or first live holder) scanning its leftovers
+    alone, that plan is returned instead (a few rows cannot always be split evenly).
     """
     cap = {w: max(float(s), 0.0) * max(int(threads.get(w, 1)), 1) for w, s in speed.items()}
     todo = [lo for lo in leftovers if lo.rows > 0 and any(w in cap for w in lo.holders)]
     if not todo or sum(cap.values()) <= 0:
         return []
+    shared, end = _shared(todo, cap, threads, min_rows, cost or {})
+    alone = [Leftover(lo.partition, lo.start, lo.rows, lo.size,
+                      (next(w for w in lo.holders if w in cap and cap[w] > 0),))
+             for lo in todo if any(w in cap and cap[w] > 0 for w in lo.holders)]
+    if len(alone) < len(todo):
+        return shared
+    own, own_end = _shared(alone, cap, threads, min_rows, cost or {})
+    return own if own_end < end else shared
+
+
+def _shared(todo: Sequence[Leftover], cap: Mapping[str, float], threads: Mapping[str, int],
+            min_rows: int, cost: Mapping[int, float]) -> tuple[list[Piece], float]:
+    """The water-filled pieces of :func:`plan`, and when the busiest worker ends."""
     # Partitions with the fewest holders go first; each is shared so that its holders finish
     # together, on top of what earlier partitions gave them (water-filling): a holder already
     # busy with another partition's rows gets less, and a slow holder never gets rows merely
     # because the fast ones are busy.
-    cost = cost or {}
     busy = dict.fromkeys(cap, 0.0)  # seconds of rows given to each worker so far
     pieces: list[Piece] = []
     for lo in sorted(todo, key=lambda lo: (len(lo.holders), lo.partition)):
@@ -97,7 +113,7 @@ def plan(leftovers: Sequence[Leftover], speed: Mapping[str, float],
                                                         rows // max(min_rows, 1))))
             for n in cuts:
                 pos = _emit(pieces, lo, pos, n, w)
-    return pieces
+    return pieces, max(busy.values())
 
 
 def _whole_rows(rows: int, share: list[float], pace: list[tuple[float, float]]) -> list[int]:

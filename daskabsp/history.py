@@ -41,7 +41,7 @@ class HistoryRecorder:
         self.worker_rows.append(dict(worker_rows or {}))
         self.objective.append(objective)
         if params is not None:
-            self.params.append(np.array(params, copy=True))
+            self.params.append(np.array(params, copy=True).ravel())
         parts.setdefault("helped_rows", [0] * self.n_partitions)
         for k in _PER_PARTITION:
             self.parts[k].append(parts[k])

@@ -298,6 +298,21 @@ def test_history_round_trips_through_netcdf(client, data, tmp_path):
     assert res.history.attrs["sync"] == "absp"
 
 
+def test_recorded_params_are_the_coefficients_each_round_was_taken_at(client, data):
+    """``record_params=True`` with a Newton program (whose task parameters are a tuple):
+    round r's params are the coefficients after round r - 1's update, flattened."""
+    from daskabsp.programs import LinearNewton, MultinomialNewton
+
+    X, y = data
+    for program, K in ((LinearNewton(l2=1e-3), 1), (MultinomialNewton(n_classes=2, l2=1e-3), 2)):
+        res = fit(program, X, y, sync="bsp", max_iter=3, tol=None, n_partitions=2,
+                  record_params=True)
+        P = res.history.params.values
+        assert P.shape == (3, K * (X.shape[1] + 1))
+        assert not P[0].any() and P[1].any()  # from zero, then the first step
+        assert not np.array_equal(P[2], P[1])
+
+
 def test_tol_stops_early(client, data):
     X, y = data
     res = fit(LogisticGD(C=C), X, y, sync="bsp", max_iter=500, tol=1e-3, n_partitions=4)

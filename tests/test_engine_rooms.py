@@ -235,6 +235,9 @@ def helped_rounds(draw):
 # rows rounded up onto a slower copy holder once made it end after the owner alone
 @example((["tcp://b"], [["tcp://c"]], [2], [0],
           {"tcp://a": 1.0, "tcp://b": 9.0, "tcp://c": 4.0, "tcp://d": 1.0}), False)
+# one-row leftovers shared by whole rows piled two rows on one holder (1.0 s vs 0.5 s alone)
+@example((["tcp://d", "tcp://a", "tcp://b"], [["tcp://b"], [], ["tcp://a"]], [1, 1, 1],
+          [0, 0, 0], {"tcp://a": 1.0, "tcp://b": 2.0, "tcp://c": 1.0, "tcp://d": 2.0}), False)
 def test_helpers_never_make_a_round_wait_longer_than_its_owners_would(case, needed):
     """What a stopped partition left goes to helpers only where another worker holds a copy
     (otherwise it is counted next round, the published rule, unless the program needs every

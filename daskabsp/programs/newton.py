@@ -451,9 +451,10 @@ class NewtonProgram(Program):
         so that the rounds are one wave each (more steps in the time a helped round takes:
         on 800 000 rows, 60 features and a 4x straggler, 4 rounds of 470 000 rows reached 1%
         of the optimum in 1.07 s, 3 helped rounds of every row in 1.85 s); True from the
-        first round whose partial rows are unlike the others (:func:`_unlike`: rows sorted
-        by label, partitions holding different data) or whose step the ratio test takes
-        back, and in full rounds."""
+        first step the ratio test takes back, and in full rounds. A round whose partial rows
+        are unlike the others (:func:`_unlike`: rows sorted by label, partitions holding
+        different data) takes its step on the finished partitions' rows alone; its partial
+        rows still count once in the pass model."""
         return state.full or state.help
 
     def objective(self, state: NewtonState, stats: RoundStats, n_rows: int) -> float:
@@ -546,7 +547,7 @@ def _analyse(prog: NewtonProgram, state: NewtonState, rs: RoundStats) -> list[_B
         return rs.cache[key][0]
     theta = state.theta
     if rs.rows == 0 or rs.total[1] <= 0:
-        rs.cache[key] = ([], state.ledger)
+        rs.cache[key] = ([], state.ledger, False)
         return []
     _B, m, cv, _L = prog._dims(theta)
     reg = prog.reg(m)
@@ -559,16 +560,22 @@ def _analyse(prog: NewtonProgram, state: NewtonState, rs: RoundStats) -> list[_B
         ledger, complete = state.ledger, None
     anchors = dict(state.anchors)
     anchors[state.round] = theta
-    wsum = rs.total[1]
+    total, rows, unlike = rs.total, rs.rows, _unlike(prog, rs, theta)
+    if unlike:
+        # The round's model from the partitions that finished: the partial rows would
+        # steer it the wrong way (they still count in the pass model, once each).
+        fair = [ps for ps in rs.parts if ps.rows >= ps.size]
+        total, rows = np.sum([ps.stats for ps in fair], axis=0), sum(ps.rows for ps in fair)
+    wsum = total[1]
     out = []
     pass_views = prog.block_views(complete[0], theta) if complete else None
-    for b, (loss, sq, rep, g, h) in enumerate(prog.block_views(rs.total, theta)):
+    for b, (loss, sq, rep, g, h) in enumerate(prog.block_views(total, theta)):
         th = theta[b]
         penalty = 0.5 * th @ (reg * th)
         blk = _Block(
             f=loss[0] / wsum + penalty, g=g / wsum + reg * th, h=h / wsum,
-            noise=_noise(loss[0], sq[0], wsum, rs.rows, state.n_rows),
-            exact=rs.rows >= state.n_rows, movement=0.0, reported=rep[0] / wsum + penalty,
+            noise=_noise(loss[0], sq[0], wsum, rows, state.n_rows),
+            exact=rows >= state.n_rows, movement=0.0, reported=rep[0] / wsum + penalty,
         )
         if pass_views is not None and not blk.exact:
             moves = [math.sqrt(max(cv.quad(pass_views[b][4] / complete[0][1],
@@ -578,7 +585,7 @@ def _analyse(prog: NewtonProgram, state: NewtonState, rs: RoundStats) -> list[_B
             blk = _pass_block(prog, blk, th, pass_views[b], complete[0][1], cv, reg,
                               max(moves) if moves else 0.0)
         out.append(blk)
-    rs.cache[key] = (out, ledger)
+    rs.cache[key] = (out, ledger, unlike)
     return out
 
 
@@ -744,7 +751,7 @@ def _update(prog: NewtonProgram, state: NewtonState, stats: RoundStats) -> Newto
         theta=new_theta, round=state.round + 1, ledger=ledger,
         radius=tuple(st.radius), pending=tuple(new_pending), anchors=anchors, width=width,
         converged=converged, model=tuple(st.models), full=full,
-        help=state.help or st.rejected or _unlike(prog, stats, theta),
+        help=state.help or st.rejected,
         probe=new_theta - theta if memory and not exact else None,
         secant=(theta, np.stack([blk.g for blk in blocks])) if memory and exact else None,
         memory=tuple(memory),
