@@ -99,8 +99,7 @@ class RoundLoop:
         program, policy = fit.program, fit.policy
         prev = None
         for r in range(fit.options.max_iter):
-            taken_at = program.coefficients(state)  # what the statistics are taken at
-            await obs.round_begin(r, taken_at)
+            await obs.round_begin(r, program.coefficients(state))
             params = program.params(state)
             plan = plan_round(policy, book.quotas, book.sizes, helpers=self.helpers is not None,
                               full=program.full_round(state), expected_spread=spread(
@@ -120,7 +119,8 @@ class RoundLoop:
             await self.membership.after_round(fit.link, self.placement,
                                               ran.ran_on(self.placement.owner), ran.late, r)
             if await obs.round_end(RoundRecord(
-                    r, obj, taken_at if fit.options.record_params else None, plan.quotas,
+                    r, obj, program.params_array(params) if fit.options.record_params else None,
+                    plan.quotas,
                     cursors, ran.owned, outcomes, settled, program.coefficients(state))):
                 return state, False
             if fit.converged(state, obj, prev):

@@ -178,6 +178,11 @@ class Program(ABC):
     def objective(self, state: Any, stats: np.ndarray, n_rows: int) -> float:
         """Return the objective at ``state`` estimated from statistics over ``n_rows`` rows."""
 
+    def params_array(self, params: Any) -> np.ndarray:
+        """The parameters a round's statistics are taken at (``params``, from :meth:`params`)
+        as an array, for the history's ``params`` (default: ``params`` itself)."""
+        return np.asarray(params)
+
     def coefficients(self, state: Any) -> np.ndarray:
         """Return the fitted parameters as an array (for the history and the user)."""
         return np.asarray(self.params(state))

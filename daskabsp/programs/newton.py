@@ -416,6 +416,9 @@ class NewtonProgram(Program):
     def coefficients(self, state: NewtonState) -> np.ndarray:
         return state.theta
 
+    def params_array(self, params) -> np.ndarray:
+        return np.asarray(params[0])
+
     def partition_update(self, state: NewtonState, piece: PartitionStats, params,
                          staleness: int) -> NewtonState:
         """SSP/ASP: one trust-region Newton step on the sum of every partition's latest
