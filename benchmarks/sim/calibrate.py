@@ -12,8 +12,9 @@ blocks as ``bench_scale.py`` runs them:
 * ``stop_message``: A-BSP as published less BSP, per worker (a stop sent, an idle report
   received);
 * ``worker_task``: the workers' process CPU per task in the plain rounds;
-* ``row_seconds``: a partition scan (``run_partition``, LogisticGD) in this process, one
-  BLAS thread, per row; ``update``: one LogisticGD update;
+* ``row_seconds``: a partition scan (``run_partition``, LogisticGD) of ``--scan-rows`` rows
+  (validate.py's partition size) in a worker process, alone on the machine's cores, per row;
+  ``update``: one LogisticGD update in this process;
 * ``copy_bandwidth``: bytes per second of copying a partition from one worker to another, as
   the engine copies a dask array's chunk for helpers;
 * ``stop_latency``: the scheduler seeing a round's first finish to a worker receiving the
@@ -51,7 +52,6 @@ from _common import (
 from _sim import COSTS, save_costs
 from bench_scale import LoopClock, run_mode
 from distributed import futures_of, wait
-from threadpoolctl import threadpool_limits
 
 import daskabsp
 from daskabsp import ABSP
@@ -66,7 +66,8 @@ def add_options(p) -> None:
     p.add_argument("--partitions", default="4,8,16,32", help="partition counts to fit over")
     p.add_argument("--rows", type=int, default=2000, help="rows per tiny partition")
     p.add_argument("--features", type=int, default=10)
-    p.add_argument("--scan-rows", type=int, default=200_000, help="rows of the timed scan")
+    p.add_argument("--scan-rows", type=int, default=1_000_000,
+                   help="rows of the timed partition scan (validate.py's --rows)")
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--blocks", type=int, default=None)
     p.add_argument("--slow", type=float, default=4.0)
@@ -105,24 +106,38 @@ def _line(ps, values) -> tuple[float, float]:
     return max(float(s), 0.0), max(float(c), 0.0)
 
 
-def scan_costs(args) -> tuple[float, float]:
-    """Seconds per row of a LogisticGD scan, and of one update (one BLAS thread)."""
-    rng = np.random.default_rng(args.seed)
-    X = rng.standard_normal((args.scan_rows, args.features))
-    y = (rng.random(args.scan_rows) < 0.5).astype(float)
+def scan_costs(client, args) -> tuple[float, float, int]:
+    """Seconds per row of a LogisticGD partition scan in a worker process, and of one update.
+
+    The scan is :func:`~daskabsp.runtime.run_partition` as the engine runs it (in a worker
+    process, its chunk size calibrated from a probe chunk) on a partition of ``--scan-rows``
+    rows (the size validate.py fits: a scan of a partition far larger than the caches costs
+    more per row than one of a partition that fits), at the parameters of a short fit, one
+    scan at a time so that it has a core of its own. Returns the median seconds per row,
+    the median update time (in this process, as the driver applies it) and the scan's
+    median rows per chunk."""
+    X, y = logistic_data(client, args.scan_rows, args.features, 1, args.seed)
+    x0, y0 = futures_of(X)[0], futures_of(y)[0]
     program = daskabsp.LogisticGD()
-    state = program.init(args.features, args.scan_rows)
+    # At the parameters a fit scans at: at zero every z is 0 and np.logaddexp(0, z) takes
+    # its x == y shortcut, a scan half as costly as in a fit (measured: 32 against ~65 ns).
+    state = daskabsp.fit(program, X, y, max_iter=6, tol=None, client=client).state
     params = program.params(state)
-    times, updates = [], []
-    with threadpool_limits(1):
-        for _ in range(7):
-            res = run_partition(program, params, X, y, None, round_id="calibrate", cursor=0,
-                                quota=args.scan_rows)
-            times.append(res.compute_seconds / res.rows)
-            t0 = time.perf_counter()
-            program.update(state, res.stats, res.rows)
-            updates.append(time.perf_counter() - t0)
-    return float(np.median(times[1:])), float(np.median(updates[1:]))
+    rows, updates, chunks = [], [], []
+    for _ in range(8):
+        res = client.submit(_scan, program, params, x0, y0, pure=False).result()
+        rows.append(res.compute_seconds / res.rows)
+        chunks.append(res.chunk_rows)
+        t0 = time.perf_counter()
+        program.update(state, res.stats, res.rows)
+        updates.append(time.perf_counter() - t0)
+    return (float(np.median(rows[1:])), float(np.median(updates[1:])),
+            int(np.median(chunks[1:])))
+
+
+def _scan(program, params, X, y):
+    return run_partition(program, params, X, y, None, round_id="calibrate", cursor=0,
+                         quota=X.shape[0])
 
 
 def copy_bandwidth(client, args) -> float:
@@ -179,9 +194,9 @@ def main() -> None:
     load0 = os.getloadavg()[0]
     rounds = args.rounds or (5 if args.quick else 20)
     blocks = args.blocks or (2 if args.quick else 4)
-    row_seconds, update = scan_costs(args)
     with local_cluster(args.workers, 1, args.event_loop) as client:
         warm_up(client)
+        row_seconds, update, chunk_rows = scan_costs(client, args)
         per_p = loop_costs(client, args, rounds, blocks)
         bandwidth = copy_bandwidth(client, args)
         stop = stop_latency(client, args)
@@ -200,6 +215,7 @@ def main() -> None:
     costs = dataclasses.replace(costs, latency=fit_latency(costs, args, per_p))
     path = save_costs(costs, {"measured": {str(p): v for p, v in per_p.items()},
                               "workers": args.workers, "rows": args.rows,
+                              "scan_rows": args.scan_rows, "scan_chunk_rows": chunk_rows,
                               "features": args.features, "time": time.strftime("%F %T")},
                       path=type(COSTS)(args.costs))
     print(f"Cost model measured on {os.cpu_count()} cores, {args.workers} worker processes, "
