@@ -18,7 +18,10 @@ The model (see ``docs/scale.md`` for its assumptions):
   gather), each stop sent or idle report ``stop_message``, the engine's driver ``engine_task``
   per partition and ``engine_round`` per round (the update); in a LocalCluster the driver
   shares that loop, and :class:`Cluster` ``shared_cores`` makes the loop and every worker
-  compete for the machine's cores;
+  compete for the machine's cores (oversubscription: the cores are a queue taken a chunk at a
+  time, the loop's work first, so ``k`` busy workers on ``c < k`` cores each scan at about
+  ``c / k`` of a core's speed, and a chunk that finds every core busy costs
+  ``row_contention`` times more per row);
 - a worker runs ``threads`` tasks at a time, each paying ``worker_task`` and then scanning rows
   at ``row_seconds`` per row times its slowdown, in chunks of ``chunk_target`` seconds, and
   checking its round's stop flag before every chunk, as :func:`daskabsp.runtime.run_partition`;
@@ -81,7 +84,11 @@ class Costs:
     stop_latency : float
         From the quorum on the scheduler to the stop flag set on a worker.
     row_seconds : float
-        Scan CPU per row at speed 1.
+        Scan CPU per row at speed 1, on a core of its own.
+    row_contention : float
+        With shared cores (:class:`Cluster` ``shared_cores``): the factor on ``row_seconds``
+        of a chunk that finds every core busy (more work than cores: the scans share caches
+        and memory bandwidth and are switched in and out).
     row_bytes : float
         Bytes per row (what a copy moves).
     copy_bandwidth : float
@@ -106,6 +113,7 @@ class Costs:
     latency: float = 5e-4
     stop_latency: float = 3e-3
     row_seconds: float = 5e-7
+    row_contention: float = 1.0
     row_bytes: float = 88.0
     copy_bandwidth: float = 2e8
     chunk_target: float = 2e-3
@@ -492,7 +500,8 @@ class _Base:
 
     def _scan_chunks(self, flags, w: int, quota: int, grace: int, factor: float) -> Iterator:
         """Chunk by chunk on the shared cores; a slowdown sleeps ``factor - 1`` times each
-        chunk's time, as :class:`daskabsp.SlowWorkers` does."""
+        chunk's time, as :class:`daskabsp.SlowWorkers` does. A chunk that finds every core
+        busy costs ``row_contention`` times more per row."""
         c, env = self.costs, self.env
         chunk = max(1, int(c.chunk_target / (c.row_seconds * factor)))
         done, t0 = 0, env.now
@@ -501,7 +510,9 @@ class _Base:
                 break
             n = min(chunk, quota - done)
             t = env.now
-            yield from self.srv.on_worker(n * c.row_seconds)
+            contended = self.srv.cores.count >= self.srv.cores.capacity
+            yield from self.srv.on_worker(
+                n * c.row_seconds * (c.row_contention if contended else 1.0))
             if factor > 1:
                 yield env.timeout((factor - 1) * (env.now - t))
             done += n

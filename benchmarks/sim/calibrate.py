@@ -12,8 +12,10 @@ blocks as ``bench_scale.py`` runs them:
 * ``stop_message``: A-BSP as published less BSP, per worker (a stop sent, an idle report
   received);
 * ``worker_task``: the workers' process CPU per task in the plain rounds;
-* ``row_seconds``: a partition scan (``run_partition``, LogisticGD) in this process, one
-  BLAS thread, per row; ``update``: one LogisticGD update;
+* ``row_seconds``: a partition scan (``run_partition``, LogisticGD) of ``--scan-rows`` rows
+  (validate.py's partition size) in a worker process, alone on the machine's cores, per row;
+  ``row_contention``: the CPU a row takes with every worker scanning at once (more scans
+  than cores) over ``row_seconds``; ``update``: one LogisticGD update in this process;
 * ``copy_bandwidth``: bytes per second of copying a partition from one worker to another, as
   the engine copies a dask array's chunk for helpers;
 * ``stop_latency``: the scheduler seeing a round's first finish to a worker receiving the
@@ -51,7 +53,6 @@ from _common import (
 from _sim import COSTS, save_costs
 from bench_scale import LoopClock, run_mode
 from distributed import futures_of, wait
-from threadpoolctl import threadpool_limits
 
 import daskabsp
 from daskabsp import ABSP
@@ -66,7 +67,8 @@ def add_options(p) -> None:
     p.add_argument("--partitions", default="4,8,16,32", help="partition counts to fit over")
     p.add_argument("--rows", type=int, default=2000, help="rows per tiny partition")
     p.add_argument("--features", type=int, default=10)
-    p.add_argument("--scan-rows", type=int, default=200_000, help="rows of the timed scan")
+    p.add_argument("--scan-rows", type=int, default=1_000_000,
+                   help="rows of the timed partition scan (validate.py's --rows)")
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--blocks", type=int, default=None)
     p.add_argument("--slow", type=float, default=4.0)
@@ -105,24 +107,73 @@ def _line(ps, values) -> tuple[float, float]:
     return max(float(s), 0.0), max(float(c), 0.0)
 
 
-def scan_costs(args) -> tuple[float, float]:
-    """Seconds per row of a LogisticGD scan, and of one update (one BLAS thread)."""
-    rng = np.random.default_rng(args.seed)
-    X = rng.standard_normal((args.scan_rows, args.features))
-    y = (rng.random(args.scan_rows) < 0.5).astype(float)
+def scan_costs(client, args) -> dict:
+    """Seconds per row of a LogisticGD partition scan in a worker process, how much more a
+    row costs when the machine's cores are oversubscribed, and one update's seconds.
+
+    The scan is :func:`~daskabsp.runtime.run_partition` as the engine runs it (in a worker
+    process, its chunk size calibrated from a probe chunk) on partitions of ``--scan-rows``
+    rows (the size validate.py fits: a scan of a partition far larger than the caches costs
+    more per row than one of a partition that fits), at the parameters of a short fit.
+
+    Returns
+    -------
+    dict
+        ``row_seconds``: median seconds per row of one scan at a time (a core of its own);
+        ``row_contention``: with a scan on every worker at once (``--workers`` on
+        ``os.cpu_count()`` cores), the CPU a row takes (each scan's seconds per row times
+        cores over workers) over ``row_seconds``; ``update``: the median seconds of one
+        update in this process, as the driver applies it; ``chunk_rows``: the scans' median
+        rows per chunk.
+    """
+    W = len(workers(client))
+    X, y = logistic_data(client, W * args.scan_rows, args.features, W, args.seed)
+    program, params, state = fit_params(client, X, y)
+    xs, ys = futures_of(X), futures_of(y)
+    alone = [client.submit(_scan, program, params, xs[0], ys[0], pure=False).result()
+             for _ in range(8)][1:]
+    together = []
+    for _ in range(4):
+        together += client.gather([client.submit(_scan, program, params, xs[i], ys[i],
+                                                 pure=False) for i in range(W)])
+    updates = []
+    for res in alone:
+        t0 = time.perf_counter()
+        program.update(state, res.stats, res.rows)
+        updates.append(time.perf_counter() - t0)
+    row_seconds = per_row(alone)
+    shared = per_row(together[W:]) * (os.cpu_count() or 1) / W
+    return {"row_seconds": row_seconds, "row_contention": max(1.0, shared / row_seconds),
+            "update": float(np.median(updates)),
+            "chunk_rows": int(np.median([r.chunk_rows for r in alone]))}
+
+
+def fit_params(client, X, y):
+    """``(program, params, state)`` of a short LogisticGD fit: the parameters a fit scans at
+    (at zero every z is 0 and ``np.logaddexp(0, z)`` takes its x == y shortcut: a scan about
+    half as costly as in a fit)."""
     program = daskabsp.LogisticGD()
-    state = program.init(args.features, args.scan_rows)
-    params = program.params(state)
-    times, updates = [], []
-    with threadpool_limits(1):
-        for _ in range(7):
-            res = run_partition(program, params, X, y, None, round_id="calibrate", cursor=0,
-                                quota=args.scan_rows)
-            times.append(res.compute_seconds / res.rows)
-            t0 = time.perf_counter()
-            program.update(state, res.stats, res.rows)
-            updates.append(time.perf_counter() - t0)
-    return float(np.median(times[1:])), float(np.median(updates[1:]))
+    state = daskabsp.fit(program, X, y, max_iter=6, tol=None, client=client).state
+    return program, program.params(state), state
+
+
+def row_seconds(client, X, y, params, program=None, reps: int = 6) -> float:
+    """Median seconds per row of ``reps`` in-worker scans of ``X``'s first partition, one at
+    a time (after one not counted)."""
+    program = program or daskabsp.LogisticGD()
+    x0, y0 = futures_of(X)[0], futures_of(y)[0]
+    return per_row([client.submit(_scan, program, params, x0, y0, pure=False).result()
+                    for _ in range(reps + 1)][1:])
+
+
+def per_row(results) -> float:
+    """Median seconds per row of scans' results."""
+    return float(np.median([r.compute_seconds / r.rows for r in results]))
+
+
+def _scan(program, params, X, y):
+    return run_partition(program, params, X, y, None, round_id="calibrate", cursor=0,
+                         quota=X.shape[0])
 
 
 def copy_bandwidth(client, args) -> float:
@@ -179,9 +230,9 @@ def main() -> None:
     load0 = os.getloadavg()[0]
     rounds = args.rounds or (5 if args.quick else 20)
     blocks = args.blocks or (2 if args.quick else 4)
-    row_seconds, update = scan_costs(args)
     with local_cluster(args.workers, 1, args.event_loop) as client:
         warm_up(client)
+        scan = scan_costs(client, args)
         per_p = loop_costs(client, args, rounds, blocks)
         bandwidth = copy_bandwidth(client, args)
         stop = stop_latency(client, args)
@@ -193,13 +244,15 @@ def main() -> None:
         (per_p[p]["loop_cpu"]["absp-paper"] - per_p[p]["loop_cpu"]["bsp"])
         / (2 * min(p, args.workers)) for p in ps])))
     costs = Costs(loop_task=loop_task, loop_round=loop_round, engine_task=engine_task,
-                  engine_round=engine_round, update=update, stop_message=stop_msg,
+                  engine_round=engine_round, update=scan["update"], stop_message=stop_msg,
                   worker_task=float(np.median([per_p[p]["worker_cpu_per_task"] for p in ps])),
-                  latency=0.0, stop_latency=stop, row_seconds=row_seconds,
+                  latency=0.0, stop_latency=stop, row_seconds=scan["row_seconds"],
+                  row_contention=scan["row_contention"],
                   row_bytes=8.0 * (args.features + 1), copy_bandwidth=bandwidth)
     costs = dataclasses.replace(costs, latency=fit_latency(costs, args, per_p))
     path = save_costs(costs, {"measured": {str(p): v for p, v in per_p.items()},
                               "workers": args.workers, "rows": args.rows,
+                              "scan_rows": args.scan_rows, "scan_chunk_rows": scan["chunk_rows"],
                               "features": args.features, "time": time.strftime("%F %T")},
                       path=type(COSTS)(args.costs))
     print(f"Cost model measured on {os.cpu_count()} cores, {args.workers} worker processes, "

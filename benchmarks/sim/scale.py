@@ -2,10 +2,13 @@
 measured on this machine (``costs.json``, see ``calibrate.py``).
 
 A cluster of ``--workers`` workers, one thread and one core each, the scheduler's event loop on
-a core of its own (the driver shares it, as in a LocalCluster); one partition per worker, sized
-so that a scan at speed 1 takes ``--task-seconds``. Straggler distributions (``daskabsp.sim``):
-none; a persistent slow fraction (5% of the workers 4x slower throughout); transient slowdowns
-(each worker 4x slower in a round with probability 5%); a heavy tail (each worker's slowdown
+a core of its own (the driver shares it, as in a LocalCluster): no oversubscription, so
+``row_contention`` (the extra cost of a row on the validation machine's shared cores) does not
+apply, and a row costs the ``row_seconds`` of a scan with a core to itself. One partition per
+worker, sized so that a scan at speed 1 takes ``--task-seconds``. Straggler distributions
+(``daskabsp.sim``): none; a persistent slow fraction (5% of the workers 4x slower
+throughout); transient slowdowns (each worker 4x slower in a round with probability 5%); a
+heavy tail (each worker's slowdown
 each round Pareto with shape 3: the slowest of n about n^(1/3) times slower). Modes: plain Dask
 (submit and gather, no engine), engine BSP, A-BSP (default: quorum of one worker, grace 0.1,
 balanced rounds, helpers from copies), the same with its copies spread over the workers
