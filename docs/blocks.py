@@ -60,6 +60,12 @@ def load(name: str) -> dict | None:
 def source_line(doc: dict, name: str) -> str:
     env = doc.get("environment", {})
     load_avg = env.get("load_average") or [float("nan")]
+    if doc.get("merged"):  # runs of several commits in one file, each named
+        parts = "; ".join(f"{m['rows']} at commit `{m['commit']}` (load average "
+                          f"{m['load_average'][0]:.1f})" for m in doc["merged"])
+        return (f"*From `benchmarks/results/{name}.json`: `{doc.get('benchmark', name)}` runs "
+                f"on {env.get('time', '?')[:10]}, {env.get('cpu_count', '?')} cores: "
+                f"{parts}.*")
     return (f"*From `benchmarks/results/{name}.json`: `{doc.get('benchmark', name)}` run at "
             f"commit `{env.get('commit', '?')}` on {env.get('time', '?')[:10]}, "
             f"{env.get('cpu_count', '?')} cores, load average {load_avg[0]:.1f} when it ended.*")
