@@ -165,18 +165,24 @@ def slowed(client, workers):
         yield workers[0]
 
 
+#: Rows of the straggler fits: 4 partitions of several chunks each (a Newton chunk is at
+#: least 10 ms of work), so that the published rule's stop finds the straggler mid-scan. With
+#: 8 000 rows a partition was one chunk and no round was harvested in about 1 run in 5.
+N_ROWS = 200_000
+
+
 def _problem(name):
     if name == "ridge":
-        X, y = make_regression(8_000, 12, noise=5.0, random_state=3)
+        X, y = make_regression(N_ROWS, 12, noise=5.0, random_state=3)
         ref = sk_linear.Ridge(alpha=1.0, tol=1e-12).fit(X, y)
         prog = LinearNewton(loss="squared", l2=1.0 / len(y), hessian_stride=4, tol=1e-6)
         return X, y, prog, np.r_[ref.coef_, ref.intercept_][None]
     if name == "multinomial":
-        X, y = make_classification(8_000, 12, n_informative=8, n_classes=3, random_state=3)
+        X, y = make_classification(N_ROWS, 12, n_informative=8, n_classes=3, random_state=3)
         ref = sk_linear.LogisticRegression(tol=1e-12, max_iter=10_000).fit(X, y)
         prog = MultinomialNewton(n_classes=3, l2=1.0 / len(y), hessian_stride=4, tol=1e-6)
         return X, y, prog, np.column_stack([ref.coef_, ref.intercept_])
-    X, y = make_classification(8_000, 12, n_informative=6, random_state=3)
+    X, y = make_classification(N_ROWS, 12, n_informative=6, random_state=3)
     if name == "squared_hinge":
         # LIBLINEAR's primal Newton, intercept penalised like the other weights
         ref = sk_svm.LinearSVC(C=1.0, dual=False, tol=1e-12, max_iter=100_000).fit(X, y)
