@@ -43,8 +43,11 @@ def client(cluster):
 
 @pytest.fixture
 def workers(client) -> list[str]:
-    """The worker addresses of the shared cluster, sorted."""
-    return sorted(client.scheduler_info()["workers"])
+    """The worker addresses of the shared cluster, sorted, asked of the scheduler itself:
+    ``Client.scheduler_info()`` returns its cached totals, which list no workers, when its
+    query fails (an empty list once in a full suite run)."""
+    client.wait_for_workers(4)
+    return sorted(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
 
 
 async def _stealing(on: bool, dask_scheduler=None) -> None:
