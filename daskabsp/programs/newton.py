@@ -550,7 +550,7 @@ def _analyse(prog: NewtonProgram, state: NewtonState, rs: RoundStats) -> list[_B
         return rs.cache[key][0]
     theta = state.theta
     if rs.rows == 0 or rs.total[1] <= 0:
-        rs.cache[key] = ([], state.ledger, False)
+        rs.cache[key] = ([], state.ledger)
         return []
     _B, m, cv, _L = prog._dims(theta)
     reg = prog.reg(m)
@@ -563,8 +563,8 @@ def _analyse(prog: NewtonProgram, state: NewtonState, rs: RoundStats) -> list[_B
         ledger, complete = state.ledger, None
     anchors = dict(state.anchors)
     anchors[state.round] = theta
-    total, rows, unlike = rs.total, rs.rows, _unlike(prog, rs, theta)
-    if unlike:
+    total, rows = rs.total, rs.rows
+    if _unlike(prog, rs, theta):
         # The round's model from the partitions that finished: the partial rows would
         # steer it the wrong way (they still count in the pass model, once each).
         fair = [ps for ps in rs.parts if ps.rows >= ps.size]
@@ -588,7 +588,7 @@ def _analyse(prog: NewtonProgram, state: NewtonState, rs: RoundStats) -> list[_B
             blk = _pass_block(prog, blk, th, pass_views[b], complete[0][1], cv, reg,
                               max(moves) if moves else 0.0)
         out.append(blk)
-    rs.cache[key] = (out, ledger, unlike)
+    rs.cache[key] = (out, ledger)
     return out
 
 
