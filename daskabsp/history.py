@@ -24,6 +24,10 @@ _PER_PARTITION = {
 }
 
 
+_EVENTS = ("what the engine did on its own (pieces dropped, tasks given up on, rounds retried, "
+           "rows moved) and why; empty if nothing")
+
+
 class HistoryRecorder:
     """Accumulates one record per round; :meth:`dataset` builds the ``xarray.Dataset``."""
 
@@ -33,11 +37,13 @@ class HistoryRecorder:
         self.objective: list[float] = []
         self.params: list[np.ndarray] = []
         self.worker_rows: list[dict[str, int]] = []
+        self.events: list[str] = []
         self.parts: dict[str, list] = {k: [] for k in _PER_PARTITION}
 
     def add(self, *, wall: float, objective: float, params: np.ndarray | None,
-            worker_rows: dict[str, int] | None = None, **parts) -> None:
+            worker_rows: dict[str, int] | None = None, events: str = "", **parts) -> None:
         self.wall.append(wall)
+        self.events.append(events)
         self.worker_rows.append(dict(worker_rows or {}))
         self.objective.append(objective)
         if params is not None:
@@ -56,6 +62,7 @@ class HistoryRecorder:
                            "units": "s"}),
             "objective": (("round",), np.asarray(self.objective, dtype=float),
                           {"long_name": "objective estimated from the round's statistics"}),
+            "events": (("round",), np.asarray(self.events, dtype=str), {"long_name": _EVENTS}),
         }
         for k, (dtype, long_name, units) in _PER_PARTITION.items():
             values = np.asarray(self.parts[k], dtype=object if dtype == "str" else dtype)
@@ -115,6 +122,7 @@ _PER_UPDATE = {
     "task_start": ("float64", "task start since the fit started (worker clock)", "s"),
     "task_stop": ("float64", "task end since the fit started (worker clock)", "s"),
     "worker": ("str", "worker that ran the task", None),
+    "events": ("str", _EVENTS, None),
 }
 
 

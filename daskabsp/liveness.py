@@ -1,5 +1,6 @@
-"""Which workers have gone silent, and which tasks wait on them (pure functions of the
-workers' last heartbeats, the time and the interval; the scheduler plugin supplies them).
+"""Which workers have gone silent, and which tasks wait on them or on workers that left
+(pure functions of the workers' last heartbeats, the time, the interval and the task states;
+the scheduler plugin supplies them).
 
 A cluster of thousands of workers is never scanned as a whole to answer for a few of them:
 :class:`Quiet` judges one worker at a time, and checks the cluster-wide rule (nobody is
@@ -54,23 +55,37 @@ def silent(last_seen: Mapping[Any, float], now: float, seconds: float) -> set:
     return {w for w in last_seen if w in quiet}
 
 
-def all_on(open_on: Mapping[Hashable, Any], quiet: Collection) -> list[tuple[Hashable, Any]]:
-    """``[(key, worker), ...]`` of the tasks of ``open_on`` (key -> worker it runs on, or
-    None) if every one of them is on a ``quiet`` worker; ``[]`` otherwise (a round whose
-    tasks are all held up by silent workers is given up on; one that still has a task on a
-    live worker waits for it)."""
-    out = []
-    for key, w in open_on.items():
-        if w is None or w not in quiet:
-            return []
-        out.append((key, w))
-    return out
+def given_up(open_keys: Iterable[Hashable], stuck: Mapping[Hashable, str],
+             present: Collection) -> list[tuple[Hashable, str]]:
+    """``[(key, worker), ...]`` of the open tasks of a round to give up on, from ``stuck``
+    (:func:`waiting_on` of them): those that can never run (:func:`stranded`: bound to a
+    worker no longer in ``present``) at once; the others only once every open task is stuck
+    (a round that still has a task on a live worker waits for it: a worker that is only
+    slow to heartbeat costs nothing while the round runs anyway)."""
+    keys = list(open_keys)
+    if keys and all(k in stuck for k in keys):
+        return [(k, stuck[k]) for k in keys]
+    return [(k, stuck[k]) for k in keys if k in stuck and stuck[k] not in present]
 
 
-def waiting_on(tasks: Iterable[Any], quiet: Collection) -> dict[Hashable, Any]:
+def stranded(ts: Any, present: Collection) -> str | None:
+    """The worker a task waiting for a worker (``no-worker``) is strictly bound to, if none
+    of those it may run on is in ``present`` (a restarted worker has a new address: such a
+    task would wait forever); None otherwise."""
+    if ts.state != "no-worker" or getattr(ts, "loose_restrictions", False):
+        return None
+    names = getattr(ts, "worker_restrictions", None)
+    if names and not any(w in present for w in names):
+        return min(names)
+    return None
+
+
+def waiting_on(tasks: Iterable[Any], quiet: Collection,
+               present: Collection | None = None) -> dict[Hashable, str]:
     """``{key: worker}`` for those of ``tasks`` (the scheduler's task states) that wait on
-    a ``quiet`` worker: running there, or needing (directly or through the tasks they wait
-    for) a result that only quiet workers hold; ``worker`` is one of them."""
+    a ``quiet`` worker (running there, or needing, directly or through the tasks they wait
+    for, a result that only quiet workers hold) or, given the addresses ``present``, on a
+    worker that has left (:func:`stranded`); ``worker`` is the address of one of them."""
     memo: dict = {}
 
     def waits(ts):
@@ -79,10 +94,16 @@ def waiting_on(tasks: Iterable[Any], quiet: Collection) -> dict[Hashable, Any]:
             if ts.state == "memory":
                 holders = ts.who_has or set()
                 if holders and all(h in quiet for h in holders):
-                    memo[ts.key] = next(iter(holders))
+                    memo[ts.key] = _address(next(iter(holders)))
             elif ts.state in ("processing", "waiting", "queued", "no-worker"):
-                memo[ts.key] = (ts.processing_on if ts.processing_on in quiet else next(
-                    (w for w in map(waits, ts.dependencies) if w is not None), None))
+                gone = stranded(ts, present) if present is not None else None
+                memo[ts.key] = gone or (
+                    _address(ts.processing_on) if ts.processing_on in quiet else next(
+                        (w for w in map(waits, ts.dependencies) if w is not None), None))
         return memo[ts.key]
 
     return {ts.key: w for ts in tasks if (w := waits(ts)) is not None}
+
+
+def _address(ws: Any) -> str:
+    return getattr(ws, "address", ws)

@@ -193,35 +193,29 @@ async def _scatter_rows(client, arrays, a: int, b: int, worker: str) -> list[Fut
 async def move(client, parts: Partitions, p: int, X, y, sample_weight, worker: str) -> None:
     """Scatter partition ``p``'s rows of in-memory input again, to ``worker``, and make
     ``parts`` point at the new copy (the old one is on a worker that does not answer)."""
+    parts.X[p], parts.y[p], parts.sample_weight[p] = await scatter_partition(
+        client, parts, p, (X, y, sample_weight), worker)
+
+
+async def scatter_partition(client, parts: Partitions, p: int, arrays,
+                            worker: str) -> list[Future | None]:
+    """Partition ``p``'s rows of the in-memory ``arrays`` (``X, y, sample_weight``)
+    scattered to ``worker``."""
     a = sum(parts.sizes[:p])
-    new = await _scatter_rows(client, (X, y, sample_weight), a, a + parts.sizes[p], worker)
-    parts.X[p], parts.y[p], parts.sample_weight[p] = new
+    return await _scatter_rows(client, arrays, a, a + parts.sizes[p], worker)
 
 
-async def copy_partition(client, parts: Partitions, p: int, data, worker: str) -> None:
-    """Make a copy of partition ``p`` on ``worker`` for helpers to read, and record it in
-    ``parts.copies``. In-memory input (``data`` is ``(X, y, sample_weight)``) is scattered
-    from this process, which holds it; a dask array's chunks are copied worker to worker.
-    Copies are keys of their own, so Dask's active memory manager, which drops extra
-    replicas of a key, leaves them alone."""
-    if not parts.copies:
-        parts.copies = [{} for _ in parts.sizes]
-    if any(is_dask(a) for a in data):
-        futs = await _copy_on(client, (parts.X[p], parts.y[p], parts.sample_weight[p]), worker)
-    else:
-        a = sum(parts.sizes[:p])
-        futs = await _scatter_rows(client, data, a, a + parts.sizes[p], worker)
-    parts.copies[p][worker] = tuple(futs)
-
-
-async def _copy_on(client, futs, worker: str) -> list[Future | None]:
-    """A copy of each of ``futs`` (None stays None) made on ``worker`` (a task there that
-    returns its argument, which Dask fetches from where it lives)."""
-    out = [None if f is None else client.submit(_same, f, workers=[worker], pure=False,
-                                                 key=f"daskabsp-copy-{uuid.uuid4().hex[:12]}")
-           for f in futs]
-    await wait_all(client, [f for f in out if f is not None])
-    return out
+def copy_on(client, futs, worker: str, prefix: str = "daskabsp-copy") -> list[Future | None]:
+    """Start a copy of each of ``futs`` (None stays None) on ``worker``: a task there that
+    returns its argument, which Dask fetches from where it lives. Copies are keys of their
+    own, so Dask's active memory manager, which drops extra replicas of a key, leaves them
+    alone; their keys start with ``prefix``. The task only prefers ``worker``: a task
+    strictly bound to a worker that dies waits for it forever (``no-worker``), and anything
+    waiting on the copy with it; the caller checks where each copy landed."""
+    return [None if f is None else client.submit(_same, f, workers=[worker],
+                                                 allow_other_workers=True, pure=False,
+                                                 key=f"{prefix}-{uuid.uuid4().hex[:12]}")
+            for f in futs]
 
 
 def _same(a):

@@ -233,6 +233,11 @@ class AbspSchedulerPlugin(SchedulerPlugin):
                 if r.stopped:
                     self._send_stop(r, {msg[4]: [msg[1]]})
 
+    def remove_worker(self, scheduler, worker: str, **kwargs: Any) -> None:
+        # Its tasks are rescheduled (or wait for a worker): none of them is open there now.
+        self.registry.left(worker)
+        self._unequipped.discard(worker)
+
     def remove_client(self, scheduler, client: str) -> None:
         self.registry.remove_client(client)
         self.book.forget_client(client)
@@ -270,7 +275,10 @@ class AbspSchedulerPlugin(SchedulerPlugin):
 
     def _send_stop(self, r: Round, on: dict[str, list]) -> None:
         """Send the stop of ``r`` to the workers in ``on``, naming the round's keys there."""
+        known = self.scheduler.workers
         for addr, keys in on.items():
+            if addr not in known:  # left meanwhile: its tasks get the stop where they go next
+                continue
             if addr not in self._unequipped:
                 self.scheduler.worker_send(addr, {"op": STOP_OP, "rounds": [r.rid],
                                                   "keys": keys})
@@ -291,7 +299,8 @@ class AbspSchedulerPlugin(SchedulerPlugin):
 
         With ``unresponsive`` (seconds), give up on the round's open tasks once every one
         of them is on a worker not heard from for that long (a frozen or cut-off worker: its
-        stop cannot arrive and its answer would not either). Returns None if the round is
+        stop cannot arrive and its answer would not either), and at once on those that can
+        never run (bound to a worker that has left). Returns None if the round is
         unknown after ``timeout`` seconds (the caller then waits for every task). The call
         may arrive before the round's graph does.
         """
@@ -329,9 +338,11 @@ class AbspSchedulerPlugin(SchedulerPlugin):
                               seconds)
 
     def _given_up(self, r: Round, seconds: float) -> list:
-        tasks = self.scheduler.tasks
-        open_on = {k: (tasks[k].processing_on if k in tasks else None) for k in r.open}
-        return [(k, ws.address) for k, ws in liveness.all_on(open_on, self._quiet(seconds))]
+        """The open tasks of ``r`` to give up on (see :func:`daskabsp.liveness.given_up`)."""
+        tasks, present = self.scheduler.tasks, self.scheduler.workers
+        stuck = liveness.waiting_on((tasks[k] for k in r.open if k in tasks),
+                                    self._quiet(seconds), present)
+        return liveness.given_up(r.open, stuck, present)
 
     def silent(self, workers=(), seconds: float = 3.0) -> list[str]:
         """Those of ``workers`` still in the cluster and not heard from for ``seconds`` (see
@@ -341,11 +352,12 @@ class AbspSchedulerPlugin(SchedulerPlugin):
 
     def stuck(self, keys=(), seconds: float = 3.0) -> list:
         """``[(key, worker), ...]`` for those of ``keys`` that wait on workers not heard from
-        for ``seconds`` (see :func:`daskabsp.liveness.waiting_on`)."""
+        for ``seconds``, or on workers that have left (see
+        :func:`daskabsp.liveness.waiting_on`)."""
         tasks = self.scheduler.tasks
         found = liveness.waiting_on((tasks[k] for k in keys if k in tasks),
-                                    self._quiet(seconds))
-        return [(k, ws.address) for k, ws in found.items()]
+                                    self._quiet(seconds), self.scheduler.workers)
+        return list(found.items())
 
     def fit_report(self, fit: str, events=()) -> None:
         """A driver's reports of ``fit`` for the dashboard page, see :class:`FitBook`."""

@@ -168,6 +168,14 @@ class RoundRegistry:
                 self.fit_workers.popitem(last=False)
         seen.add(worker)
 
+    def left(self, worker: str) -> None:
+        """``worker`` left the cluster: its open tasks are processing nowhere until the
+        scheduler places them again (:meth:`processing`)."""
+        for r in self.rounds.values():
+            if worker in r.load:
+                for key in [k for k, w in r.on.items() if w == worker]:
+                    self._unload(r, key)
+
     def finished(self, key: Hashable) -> Round | None:
         """Task ``key`` finished (``processing -> memory``). Returns its round if that round
         must be stopped now (its quorum reached; once per round)."""

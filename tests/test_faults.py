@@ -1,18 +1,24 @@
-"""A worker killed with SIGKILL mid-round does not fail the fit."""
+"""A worker killed with SIGKILL mid-round, or the moment work is bound to it, does not fail
+or hang the fit."""
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 from dataclasses import dataclass
 
+import dask.array as da
 import numpy as np
 import pytest
 from distributed import Client, LocalCluster
+from distributed.diagnostics.plugin import SchedulerPlugin
 from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
 
-from daskabsp import LogisticGD, fit
+from daskabsp import LogisticGD, fit, slow_workers
+from daskabsp.estimators import LogisticRegression as AbspLogistic
 
 _chunks_seen = [0]
 
@@ -65,3 +71,119 @@ def test_worker_killed_mid_round(tmp_path):
     assert len(set(last)) == 4
     f = LogisticGD().full_objective(res.coef, X, y)
     assert f <= f_opt * (1 + 1e-3)
+
+
+# -- a worker killed at the moment a round's work is bound to it (issue 33) ----------------------
+
+
+class KillAt(SchedulerPlugin):
+    """SIGKILLs a worker the moment the scheduler moves a task of a chosen kind
+    (``moment``): the worker a queued helper task reads a copy from, or the worker a copy is
+    being made on. Runs inside the scheduler's transitions (the test's LocalCluster has its
+    scheduler in this process), so the kill lands exactly then."""
+
+    def __init__(self, name: str, moment: str, lazy: bool) -> None:
+        self.name, self.moment, self.lazy = name, moment, lazy
+        self.killed: tuple | None = None
+        self.scheduler = None
+
+    async def start(self, scheduler) -> None:
+        self.scheduler = scheduler
+
+    def transition(self, key, start, finish, *args, **kwargs) -> None:
+        if self.killed is not None or self.scheduler is None:
+            return
+        ts = self.scheduler.tasks.get(key)
+        if ts is None:
+            return
+        target = None
+        if self.moment == "helper queued" and "-help1" in str(key) and finish in (
+                "waiting", "processing", "no-worker"):
+            # the worker holding the copy it is to read (a dask array's: a copy task's
+            # result; in-memory input's: scattered rows)
+            deps = [d for d in ts.dependencies if d.who_has and (
+                str(d.key).startswith("daskabsp-copy") or not self.lazy)]
+            holders = sorted(ws.address for d in deps for ws in d.who_has)
+            restricted = ts.worker_restrictions or set()
+            target = next((h for h in holders if h in restricted), None)
+        elif self.moment == "copy started" and str(key).startswith("daskabsp-copy") and \
+                finish == "processing" and ts.processing_on is not None:
+            target = ts.processing_on.address
+        ws = self.scheduler.workers.get(target) if target else None
+        if ws is not None:
+            self.killed = (str(key), target)
+            os.kill(ws.pid, signal.SIGKILL)
+
+
+def _killed(name, dask_scheduler=None):
+    return dask_scheduler.plugins[name].killed
+
+
+def _keys_of_fit(fit_id, dask_scheduler=None):
+    return sorted(str(k) for k in dask_scheduler.tasks if fit_id in str(k))
+
+
+
+@pytest.fixture(scope="module")
+def killing_cluster():
+    """Four worker processes of their own (their nannies restart the killed ones)."""
+    with LocalCluster(n_workers=4, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def wide_data():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((800_000, 20))
+    y = (X @ rng.standard_normal(20) + rng.standard_normal(len(X)) > 0).astype(int)
+    ref = LogisticRegression(C=1.0, tol=1e-10, max_iter=1000).fit(X, y)
+    return X, y, _logistic_objective(np.r_[ref.coef_.ravel(), ref.intercept_], X, y)
+
+
+def _logistic_objective(w, X, y) -> float:
+    z = X @ w[:-1] + w[-1]
+    return float((np.logaddexp(0.0, z) - y * z).sum() + 0.5 * w[:-1] @ w[:-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment,lazy", [("helper queued", True), ("helper queued", False),
+                                         ("copy started", True)])
+def test_a_worker_killed_when_helpers_or_copies_are_bound_to_it(killing_cluster, wide_data,
+                                                                moment, lazy):
+    """The hang of issue 33: a worker SIGKILLed the moment a queued helper task is bound to
+    it (it holds the copy the task reads), or the moment a copy is being made on it. On
+    1bd534e the copies' re-runs stayed strictly bound to the dead worker (``no-worker``) and
+    the helper task waited for them forever (3 of 3 such fits hung). The fit must return at
+    scikit-learn's optimum and leave none of its tasks on the cluster."""
+    client = killing_cluster
+    client.wait_for_workers(4)
+    X, y, best = wide_data
+    if lazy:
+        X, y = da.from_array(X, chunks=(200_000, 20)), da.from_array(y, chunks=200_000)
+    name = f"kill-{moment.replace(' ', '-')}-{lazy}"
+    client.register_plugin(KillAt(name, moment, lazy), name=name)
+    workers = sorted(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
+    done: dict = {}
+
+    def fit_it():
+        with slow_workers(client, {workers[0]: 3.0}):
+            done["est"] = AbspLogistic(tol=1e-9).fit(X, y)
+
+    thread = threading.Thread(target=fit_it, daemon=True)
+    try:
+        thread.start()
+        thread.join(timeout=150)
+        assert not thread.is_alive(), "the fit hung after the worker was killed"
+        assert client.run_on_scheduler(_killed, name) is not None, f"no {moment} moment came"
+    finally:
+        client.unregister_scheduler_plugin(name)
+    est = done["est"]
+    w = np.r_[est.coef_.ravel(), est.intercept_]
+    Xn, yn = (np.asarray(a) for a in wide_data[:2])
+    assert (_logistic_objective(w, Xn, yn) - best) / best <= 1e-6
+    fit_id = est.history_.attrs["fit_id"]
+    deadline = time.monotonic() + 30
+    while client.run_on_scheduler(_keys_of_fit, fit_id) and time.monotonic() < deadline:
+        pass  # releases reach the scheduler on the client's batched stream
+    assert client.run_on_scheduler(_keys_of_fit, fit_id) == []

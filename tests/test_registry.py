@@ -158,26 +158,64 @@ def test_silent_workers_are_those_quiet_for_long_but_never_all(last_seen, now, s
     assert quiet == (set() if expected == set(last_seen) else expected)
 
 
-def test_a_round_is_given_up_only_when_all_its_open_tasks_are_on_quiet_workers():
-    assert liveness.all_on({"a": "w1", "b": "w2"}, {"w1"}) == []
-    assert liveness.all_on({"a": "w1", "b": None}, {"w1"}) == []
-    assert sorted(liveness.all_on({"a": "w1", "b": "w2"}, {"w1", "w2"})) == [
+def test_a_round_gives_up_on_silent_workers_only_when_all_its_open_tasks_are_stuck():
+    present = {"w1", "w2"}
+    assert liveness.given_up(["a", "b"], {"a": "w1"}, present) == []
+    assert liveness.given_up(["a", "b"], {}, present) == []
+    assert sorted(liveness.given_up(["a", "b"], {"a": "w1", "b": "w2"}, present)) == [
         ("a", "w1"), ("b", "w2")]
 
 
-def test_waiting_on_follows_dependencies_to_data_only_quiet_workers_hold():
-    def task(key, state, **kw):
-        return SimpleNamespace(key=key, state=state, who_has=kw.get("who_has"),
-                               processing_on=kw.get("on"), dependencies=kw.get("deps", ()))
+def test_a_task_bound_to_a_worker_that_left_is_given_up_at_once():
+    """A task strictly bound to a worker that left can never run: the round gives up on it
+    without waiting for the others (they may still be running)."""
+    assert liveness.given_up(["a", "b", "c"], {"a": "gone", "b": "w1"}, {"w1", "w2"}) == [
+        ("a", "gone")]
 
-    data = task("d", "memory", who_has={"w1"})
-    shared = task("s", "memory", who_has={"w1", "w2"})
-    waiting = task("t", "waiting", deps=(shared, data))
-    running = task("r", "processing", on="w1")
-    elsewhere = task("e", "processing", on="w2", deps=(shared,))
+
+def _task(key, state, **kw):
+    return SimpleNamespace(key=key, state=state, who_has=kw.get("who_has"),
+                           processing_on=kw.get("on"), dependencies=kw.get("deps", ()),
+                           worker_restrictions=kw.get("only"),
+                           loose_restrictions=kw.get("loose", False))
+
+
+def test_waiting_on_follows_dependencies_to_data_only_quiet_workers_hold():
+    data = _task("d", "memory", who_has={"w1"})
+    shared = _task("s", "memory", who_has={"w1", "w2"})
+    waiting = _task("t", "waiting", deps=(shared, data))
+    running = _task("r", "processing", on="w1")
+    elsewhere = _task("e", "processing", on="w2", deps=(shared,))
     found = liveness.waiting_on([waiting, running, elsewhere, shared], {"w1"})
     assert found == {"t": "w1", "r": "w1"}
     assert liveness.waiting_on([waiting], set()) == {}
+
+
+def test_waiting_on_names_tasks_waiting_for_copies_bound_to_a_worker_that_left():
+    """The hang of issue 33: a helper task waits for copies whose re-run is strictly bound
+    to a worker that died (``no-worker`` forever)."""
+    copy = _task("copy", "no-worker", only={"dead"})
+    loose = _task("loose", "no-worker", only={"dead"}, loose=True)
+    alive = _task("alive", "no-worker", only={"dead", "w2"})
+    helper = _task("help", "waiting", deps=(copy,))
+    other = _task("other", "waiting", deps=(loose, alive))
+    found = liveness.waiting_on([helper, other, copy], set(), present={"w1", "w2"})
+    assert found == {"help": "dead", "copy": "dead"}
+    assert liveness.stranded(copy, {"w1"}) == "dead"
+    assert liveness.stranded(copy, {"dead"}) is None
+    assert liveness.waiting_on([helper], set()) == {}  # nothing said of who is present
+
+
+def test_a_worker_that_left_holds_no_open_task_of_a_round():
+    reg = RoundRegistry()
+    for i, w in enumerate("aab"):
+        reg.announce(("k", i), RoundId("f", 0).annotation(1), "c")
+        reg.processing(("k", i), w)
+    reg.left("a")
+    r = reg.rounds["f:0"]
+    assert r.on == {("k", 2): "b"} and r.load["a"] == 0 and len(r.open) == 3
+    reg.processing(("k", 0), "b")  # placed again
+    assert r.on[("k", 0)] == "b" and r.load["b"] == 2
 
 
 def test_forgetting_a_fit_names_the_workers_its_tasks_went_to():

@@ -193,8 +193,10 @@ class ClockLoop:
             (res,) = await self.fit.link.gather([fut])
             return task, res
         except (KilledWorker, FutureCancelledError) as e:
-            logger.warning("daskabsp: partition %d's update %d failed (%r); placing it again",
-                           task.lease.partition, task.lease.clock, e)
+            self.fit.link.journal.note(
+                logger, logging.WARNING, "partition %d's update %d lost data with a worker "
+                "(%r); its rows placed again, the update resubmitted", task.lease.partition,
+                task.lease.clock, e)
             self.book.give_up(task.lease)
             await self.placement.recover()
             return None
@@ -251,7 +253,7 @@ class ClockLoop:
         owners[p] = self.ran_on[p]
         if await fit.observers.update_end(UpdateRecord(
                 update, obj, res, size, owners, coef,
-                coef if fit.options.record_params else None)):
+                coef if fit.options.record_params else None, fit.link.journal.take())):
             return state, False
         prev = self._objectives[0] if len(self._objectives) == self._objectives.maxlen \
             else None

@@ -10,6 +10,7 @@ left has paid for them (:meth:`daskabsp.rates.Rates.charge`).
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from ..runtime import PartialResult
 from .link import Link, idle_result
 from .placement import Placement
 from .plan import Outcome
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -143,9 +146,23 @@ class HelperPhase:
             (w, [(*placement.holders(pc.partition)[w], pc.start, pc.rows,
                   max(1, int(self.rates.rate(w, pc.partition) * self.chunk_target)))
                  for pc in batch]) for w, batch in batches], self.chunk_target)
-        got = await link.collect(futs, hid, [0] * len(futs), quorum=0, settle=True)
+        deadline = self.deadline(batches, owned, link.wave_overhead)
+        got = await link.collect(futs, hid, [0] * len(futs), quorum=0, settle=True,
+                                 deadline=deadline)
         del futs
-        # A batch given up on (its worker went silent) or never run lost all its pieces.
+        if got.dropped:
+            link.journal.note(logger, logging.WARNING,
+                              "round %d's helpers: %d of %d tasks dropped (not back within "
+                              "%.2f s, or their rows lost with a worker); their pieces' rows "
+                              "count next round", hid.round, len(got.dropped), len(batches),
+                              deadline)
+        if got.late:
+            link.journal.note(logger, logging.WARNING,
+                              "round %d's helpers: gave up on the tasks of %s (silent, or "
+                              "bound to a worker that left); their pieces' rows count next "
+                              "round", hid.round, sorted(set(got.late.values())))
+        # A batch given up on (its worker went silent), dropped or never run lost all its
+        # pieces.
         scanned = [res for (w, batch), res in zip(batches, got.results, strict=True)
                    for res in (res if isinstance(res, list) else
                                [idle_result(pc.start, w) for pc in batch])]
@@ -155,6 +172,23 @@ class HelperPhase:
         out = self._merge(book, owned, quotas, pieces, scanned)
         out.silent = set(got.late.values())
         return out
+
+    def deadline(self, batches: list[tuple[str, list[coverage.Piece]]],
+                 owned: Sequence[PartialResult], overhead: float | None) -> float:
+        """Seconds the helper wave of ``batches`` may take before it is given up: a
+        multiple (``daskabsp.helper-deadline``) of its longest batch's expected scan (from
+        the measured rates; the round's longest own scan if that is longer) plus a wave's
+        overhead, and at least ``daskabsp.helper-deadline-min``. A wave that takes longer
+        waits on something (a worker that left, a copy crossing a slow link) that counting
+        its rows next round does not."""
+        longest = max((sum(pc.rows / max(self.rates.rate(w, pc.partition), 1e-9)
+                           for pc in batch) for w, batch in batches), default=0.0)
+        if not self.rates.speed:  # nothing measured: the rates are placeholders
+            longest = 0.0
+        own = max((res.compute_seconds for res in owned), default=0.0)
+        factor = float(config.get("helper-deadline"))
+        return max(factor * (max(longest, own) + (overhead or 0.0)),
+                   config.seconds("helper-deadline-min"))
 
     def _merge(self, book: PartitionBook, owned: Sequence[PartialResult], quotas: Sequence[int],
                pieces: list[coverage.Piece], scanned: list[PartialResult]) -> Helped:

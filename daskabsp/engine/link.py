@@ -18,7 +18,7 @@ import logging
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import dask
 import distributed
@@ -40,6 +40,7 @@ from ..protocol import (
     SignalPath,
 )
 from ..runtime import PartialResult, run_partition, run_pieces
+from .journal import Journal
 
 logger = logging.getLogger(__name__)
 
@@ -62,11 +63,15 @@ class Collected:
         ``{index: worker}`` of the tasks given up on (their worker went silent).
     occupied : set of str
         Workers whose threads other work held when the round stopped.
+    dropped : set of int
+        Indices of the tasks dropped without a worker to blame: past the wave's deadline,
+        or their data lost with a worker (see :meth:`Link.collect`).
     """
 
     results: list[PartialResult]
     late: dict[int, str]
     occupied: set[str]
+    dropped: set[int] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +203,9 @@ class Link:
         #: what a second wave in the same round would add to it.
         self.wave_overhead: float | None = None
         self._submitted: dict[str, float] = {}  # round id -> when its wave was submitted
+        #: What the engine did on its own since the last recorded round (every room notes
+        #: there; the round's record takes the notes).
+        self.journal = Journal()
 
     @classmethod
     async def open(cls, client, fit_id: str, program) -> Link:
@@ -314,17 +322,57 @@ class Link:
         return await self.client.gather(futs)
 
     async def collect(self, futs: list[Future], rid: RoundId, cursors: list[int], *,
-                      quorum: int, settle: bool) -> Collected:
+                      quorum: int, settle: bool, deadline: float | None = None) -> Collected:
         """Round ``rid``'s results, once it is stopped (at ``quorum``; 0: never) and settled.
 
         With ``settle``, on the scheduler path, stop waiting once the scheduler says the round
         has settled: a task still queued when the stop reached its worker computes nothing,
         so it gets an idle result here (``cursors[i]``: where task ``i`` would have started)
         and its future is released, usually before it runs; and tasks on a worker that went
-        silent are given up on (``late``)."""
-        got = await self._collect(futs, rid, cursors, quorum=quorum, settle=settle)
+        silent, or bound to one that left, are given up on (``late``).
+
+        With a ``deadline`` (seconds; for waves the fit can do without, such as helpers),
+        the round is stopped once it has passed (running tasks return at their next chunk)
+        and, half the deadline later, the tasks that have not answered are dropped
+        (``dropped``, with idle results), as are those whose data was lost with a worker.
+        """
+        if deadline is None:
+            got = await self._collect(futs, rid, cursors, quorum=quorum, settle=settle)
+        else:
+            got = await self._collect_by(deadline, futs, rid, cursors, quorum=quorum,
+                                         settle=settle)
         self._timed(str(rid), got.results)
         return got
+
+    async def _collect_by(self, deadline: float, futs: list[Future], rid: RoundId,
+                          cursors: list[int], **kwargs) -> Collected:
+        """:meth:`_collect` within ``deadline`` seconds (see :meth:`collect`)."""
+        task = asyncio.ensure_future(self._collect(futs, rid, cursors, **kwargs))
+        done, _ = await asyncio.wait({task}, timeout=deadline)
+        if not done:
+            await self.stop([rid])
+            done, _ = await asyncio.wait({task}, timeout=max(deadline / 2, 0.5))
+        if done and task.exception() is None:
+            return task.result()
+        if not done:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task  # (its error, if any: the data of some task lost with a worker)
+        ready = [f for f in futs if f.status == "finished"]
+        got: dict = {}
+        if ready:  # finished, but their results may have been lost since: not waited for again
+            with contextlib.suppress(asyncio.TimeoutError, Exception):
+                got = await asyncio.wait_for(self.client.gather(
+                    {f.key: f for f in ready}, errors="skip"), max(deadline / 2, 0.5))
+        results, dropped = [], set()
+        for i, f in enumerate(futs):
+            if got.get(f.key) is not None:
+                results.append(got[f.key])
+            else:
+                dropped.add(i)
+                results.append(idle_result(cursors[i], ""))
+        await self.cancel([f for i, f in enumerate(futs) if i in dropped])
+        return Collected(results, {}, set(), dropped)
 
     def _timed(self, rid: str, results: list) -> None:
         """Take in the overhead of wave ``rid``: its time from submission to collected, less

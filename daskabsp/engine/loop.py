@@ -120,8 +120,8 @@ class RoundLoop:
                                               ran.ran_on(self.placement.owner), ran.late, r)
             if await obs.round_end(RoundRecord(
                     r, obj, program.params_array(params) if fit.options.record_params else None,
-                    plan.quotas,
-                    cursors, ran.owned, outcomes, settled, program.coefficients(state))):
+                    plan.quotas, cursors, ran.owned, outcomes, settled,
+                    program.coefficients(state), fit.link.journal.take())):
                 return state, False
             if fit.converged(state, obj, prev):
                 obs.converged(r + 1)
@@ -135,32 +135,47 @@ class RoundLoop:
         link = self.fit.link
         for attempt in range(ROUND_ATTEMPTS):
             rid = RoundId(self.fit.fit_id, r).retry(attempt)
-            futs: list = []
             link.in_flight = [rid]
             self.membership.poll(link)
             try:
-                async with link.round_params(params, rid) as arg:
-                    futs = link.submit_round(rid, plan.quorum, arg, self._tasks(plan),
-                                             self.fit.options.chunk_target, plan.unit)
-                    got = await link.collect(futs, rid, self.book.cursor, quorum=plan.quorum,
-                                             settle=self.fit.policy.stops)
-                    helped = await self._help(rid, plan, arg, got.results,
-                                              self.membership.blocked(got.late.values(),
-                                                                      got.occupied))
-                self.rids.append(rid)
-                return RoundRun(rid, got.results, helped, got.late)
+                ran = await self._attempt(rid, plan, params)
             except (KilledWorker, FutureCancelledError) as e:
-                logger.warning("daskabsp: round %d failed (%r); retrying", r, e)
-                await link.cancel(futs)
+                # Its traceback holds this round's frames, and with them the next attempt's
+                # futures: their keys would outlive the fit on the cluster.
+                e.__traceback__ = None
+                link.journal.note(logger, logging.WARNING,
+                                  "round %d lost data with a worker (%r); its rows placed "
+                                  "again, the round retried", r, e)
                 await self.placement.recover()
                 if attempt == ROUND_ATTEMPTS - 1:
                     raise
+                continue
             except asyncio.CancelledError:  # Ctrl-C, or the caller cancelled the fit
                 await link.halt()
                 raise
             finally:
                 link.in_flight = []
+            self.rids.append(rid)
+            return ran
         raise AssertionError("unreachable")
+
+    async def _attempt(self, rid: RoundId, plan: RoundPlan, params) -> RoundRun:
+        """One attempt at a round (its tasks released if their data was lost)."""
+        link = self.fit.link
+        futs: list = []
+        try:
+            async with link.round_params(params, rid) as arg:
+                futs = link.submit_round(rid, plan.quorum, arg, self._tasks(plan),
+                                         self.fit.options.chunk_target, plan.unit)
+                got = await link.collect(futs, rid, self.book.cursor, quorum=plan.quorum,
+                                         settle=self.fit.policy.stops)
+                helped = await self._help(rid, plan, arg, got.results,
+                                          self.membership.blocked(got.late.values(),
+                                                                  got.occupied))
+            return RoundRun(rid, got.results, helped, got.late)
+        except (KilledWorker, FutureCancelledError):
+            await link.cancel(futs)
+            raise
 
     def _tasks(self, plan: RoundPlan) -> list[ScanTask]:
         """The round's own tasks, most stale partition first."""

@@ -111,16 +111,17 @@ class Membership:
         partitions given up on, and their worker): who is alive and answering (workers given
         up on join the silent, those heard from again leave them);
         partitions re-balanced over the live workers, and those only silent workers hold
-        moved to a copy or placed again."""
+        moved to a copy or placed again; copies on workers that left dropped."""
         live = await self._members(link, moved=ran_on != placement.owner)
+        placement.keep_copies_on(live)
         gone = set(late.values()) | self.lost_helpers
         newly = gone - self.silent
         self.silent |= gone
         self.lost_helpers = set()
         if late:
-            logger.warning(
-                "daskabsp: round %d gave up on partitions %s: no heartbeat from %s for "
-                "%s; their rows move to other workers", r, sorted(late),
+            link.journal.note(
+                logger, logging.WARNING, "round %d gave up on partitions %s: %s silent (no "
+                "heartbeat for %s) or gone; their rows move to other workers", r, sorted(late),
                 sorted(set(late.values())), config.get("unresponsive-after"))
         stranded = set(late) | (await placement.held_only_by(self.silent) if newly else set())
         live = {w: n for w, n in live.items() if w not in self.silent} or live

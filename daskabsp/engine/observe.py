@@ -52,6 +52,9 @@ class RoundRecord:
         What counted.
     coef : ndarray
         The parameters after the round's update.
+    events : str
+        What the engine did on its own during the round, and why (see
+        :class:`~daskabsp.engine.journal.Journal`).
     """
 
     round: int
@@ -63,6 +66,7 @@ class RoundRecord:
     outcomes: Sequence[Outcome]
     settlement: Settlement
     coef: np.ndarray
+    events: str = ""
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,8 @@ class UpdateRecord:
         The parameters after the update.
     params : ndarray or None
         The coefficients recorded in the history (None: not recorded).
+    events : str
+        What the engine did on its own since the last update, and why.
     """
 
     update: Update
@@ -95,6 +101,7 @@ class UpdateRecord:
     owners: Sequence[str]
     coef: np.ndarray
     params: Any = None
+    events: str = ""
 
 
 class Observers:
@@ -169,7 +176,7 @@ class Observers:
             task_stop=[res.stop - self.epoch0 for res in owned],
             harvested=[res.stopped for res in owned], counted=list(settled.counted),
             worker=[res.worker for res in owned], helped_rows=[o.helped for o in outcomes],
-            worker_rows=settled.worker_rows)
+            worker_rows=settled.worker_rows, events=rec.events)
         if self.reporter is not None:
             self.reporter.round(
                 round=rec.round, wall=wall, objective=float(rec.objective),
@@ -200,7 +207,7 @@ class Observers:
             staleness=rec.update.staleness, lead=lease.lead, attempt=lease.attempt,
             objective=rec.objective, rows=res.rows, compute_seconds=res.compute_seconds,
             task_start=res.start - self.epoch0, task_stop=res.stop - self.epoch0,
-            worker=res.worker, params=rec.params)
+            worker=res.worker, params=rec.params, events=rec.events)
         if self.reporter is not None:
             one = [0] * len(rec.owners)
             rows, quota, compute = list(one), list(one), [0.0] * len(one)

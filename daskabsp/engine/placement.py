@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from dask.sizeof import sizeof
 from distributed import Future
@@ -20,11 +20,13 @@ from .. import config
 from ..partitions import (
     Partitions,
     check_finite_block,
-    copy_partition,
+    copy_on,
     is_dask,
     move,
     nbytes_by_worker,
     place,
+    scatter_partition,
+    wait_all,
 )
 from .link import Link
 
@@ -59,6 +61,7 @@ class Placement:
         self.scatter_rate = scatter_rate
         self.owner: list[str] = []
         self._copying: dict[int, asyncio.Future] = {}
+        self._copy_futures: dict[int, list[Future]] = {}  # copies being made, by partition
 
     @classmethod
     async def place(cls, link: Link, X, y, sample_weight, chunks: tuple[int, ...],
@@ -133,8 +136,11 @@ class Placement:
         its copy on that worker from now on; the ``stranded`` partitions not promoted
         (their rows only on silent workers) are scattered again from the fitting process's
         rows, if it holds them."""
-        if owner != self.owner:
-            logger.info("daskabsp: workers changed; partitions re-balanced: %s", owner)
+        if owner != self.owner and self.owner:
+            moved = {p: w for p, (v, w) in enumerate(zip(self.owner, owner, strict=True))
+                     if v != w}
+            self.link.journal.note(logger, logging.INFO, "workers changed; partitions "
+                                   "re-balanced (partition: new owner) %s", moved)
         self.owner = list(owner)
         for p, w in promoted.items():
             self.parts.X[p], self.parts.y[p], self.parts.sample_weight[p] = (
@@ -175,11 +181,37 @@ class Placement:
     def copy(self, p: int, worker: str) -> None:
         """Start copying partition ``p`` to ``worker`` in the background; helpers read it
         there once it is made."""
-        data = self.source or self.data_
-        task = asyncio.ensure_future(copy_partition(self.link.client, self.parts, p, data,
-                                                    worker))
+        task = asyncio.ensure_future(self._copy(p, worker))
         self._copying[p] = task
         task.add_done_callback(lambda t, p=p: self._copied(p, t))
+
+    async def _copy(self, p: int, worker: str) -> None:
+        """Make the copy of partition ``p`` on ``worker`` and record it. In-memory rows are
+        scattered from this process, which holds them; a dask array's chunks are copied
+        worker to worker, and a copy that landed elsewhere (its worker left meanwhile) is
+        dropped: helpers plan their pieces by where copies are."""
+        client, data = self.link.client, self.source or self.data_
+        if any(is_dask(a) for a in data):
+            futs = self._copy_futures[p] = copy_on(client, self.data(p), worker,
+                                                   f"daskabsp-copy-{self.link.fit_id}")
+            made = [f for f in futs if f is not None]
+            try:
+                await wait_all(client, made)
+                where = await self.link.who_has(made)
+            finally:
+                self._copy_futures.pop(p, None)
+            if any(worker not in where.get(f.key, ()) for f in made):
+                self.link.journal.note(logger, logging.INFO, "the copy of partition %d "
+                                       "meant for %s landed elsewhere; dropped", p, worker)
+                await client.cancel(made)
+                return
+        else:
+            futs = await scatter_partition(client, self.parts, p, data, worker)
+        if not self.parts.copies:
+            self.parts.copies = [{} for _ in self.parts.sizes]
+        self.parts.copies[p][worker] = tuple(futs)
+        self.link.journal.note(logger, logging.INFO, "partition %d copied to %s for helpers",
+                               p, worker)
 
     def _copied(self, p: int, task: asyncio.Future) -> None:
         self._copying.pop(p, None)
@@ -187,10 +219,34 @@ class Placement:
             logger.warning("daskabsp: copying partition %d for helpers failed: %r", p,
                            task.exception())
 
-    def cancel_copies(self) -> None:
-        """Stop making copies (the fit has ended)."""
-        for task in list(self._copying.values()):
+    def keep_copies_on(self, workers: Collection[str]) -> None:
+        """Drop the copies held by workers not in ``workers`` (they left the cluster): no
+        helper piece is planned against them, and nothing recomputes them elsewhere."""
+        for p, held in enumerate(self.parts.copies):
+            for w in [w for w in held if w not in workers]:
+                for f in held.pop(w):
+                    if f is not None:
+                        f.release()
+                self.link.journal.note(logger, logging.INFO, "the copy of partition %d on "
+                                       "%s is gone with its worker", p, w)
+
+    async def close(self) -> None:
+        """The fit has ended: stop making copies and release those made (a copy in flight
+        would otherwise go on crossing the network, and steer the next fit's tasks to where
+        it lands)."""
+        tasks = list(self._copying.values())
+        for task in tasks:
             task.cancel()
+        pending = [f for futs in self._copy_futures.values() for f in futs if f is not None]
+        made = [f for held in self.parts.copies for futs in held.values() for f in futs
+                if f is not None]
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.parts.copies = []
+        if pending or made:
+            try:
+                await self.link.client.cancel(pending + made)
+            except Exception as e:  # the client is closing: its keys go with it
+                logger.debug("daskabsp: could not release the fit's copies: %r", e)
 
     async def copy_seconds(self) -> list[float]:
         """Per partition, the time a copy of it is expected to take: its bytes (as the

@@ -190,9 +190,9 @@ class FitRun:
             program=program.name, fit_id=self.fit_id, unit="round" if rounds else "update"))
         try:
             state, converged = await loop.run(state)
+            held = await placement.nbytes_by_worker()
         finally:
-            placement.cancel_copies()
-        held = await placement.nbytes_by_worker()
+            await placement.close()
         latency, stop_time = await self.link.round_times(loop.rids, self.observers.epoch0)
         await self.link.forget()
         attrs = {
