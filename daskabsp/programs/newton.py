@@ -47,10 +47,10 @@ from .trust_region import TrustRegion, one_blas_thread, trust_step
 _HEAD = 4
 #: Per block before the gradient: loss sum, weighted sum of squared losses, reported loss sum.
 _BLOCK_HEAD = 3
-#: The Newton decrement test is ``d^2 / 2 <= _DECREMENT * tol``: tighter than scikit-learn's
+#: The Newton decrement test is ``d^2 / 2 <= DECREMENT * tol``: tighter than scikit-learn's
 #: ``d^2 / 2 <= tol``, because the point that passes it is returned without a further step,
 #: and ``d^2 / 2`` estimates its objective gap.
-_DECREMENT = 1e-2
+DECREMENT = 1e-2
 #: A round whose rows number fewer than this many per parameter of a block gives a
 #: sub-sampled Newton model that fits its own rows rather than the data: such rounds do not
 #: steer a full-Hessian fit (see :meth:`NewtonProgram.full_round`). L-BFGS steps take only
@@ -483,7 +483,7 @@ class NewtonProgram(Program):
         return math.inf if self.quadratic else math.sqrt(2.0 * max(f, 1e-12))
 
     def update(self, state: NewtonState, stats: RoundStats, n_rows: int) -> NewtonState:
-        return _update(self, state, stats)
+        return round_update(self, state, stats)
 
 
 # -- the update rule (module functions of a program: the class stays the contract) -----------
@@ -701,7 +701,7 @@ def _step_blocks(prog: NewtonProgram, state: NewtonState, blocks: list[_Block],
             out.pending.append(_Pending(theta[b], blk.f, blk.g, blk.h, st.predicted,
                                         st.length, blk.noise, blk.exact))
             small = (np.max(np.abs(blk.g)) <= prog.tol
-                     and 0.5 * st.decrement ** 2 <= _DECREMENT * prog.tol)
+                     and 0.5 * st.decrement ** 2 <= DECREMENT * prog.tol)
             close = prog.quadratic or 0.5 * blk.movement ** 2 <= 10.0 * prog.tol
             out.done.append(blk.exact and small and close)
             out.noisy.append(not blk.exact and st.predicted <= blk.noise)
@@ -712,7 +712,8 @@ def _step_blocks(prog: NewtonProgram, state: NewtonState, blocks: list[_Block],
 
 
 @one_blas_thread
-def _update(prog: NewtonProgram, state: NewtonState, stats: RoundStats) -> NewtonState:
+def round_update(prog: NewtonProgram, state: NewtonState, stats: RoundStats) -> NewtonState:
+    """The step of a round whose statistics are ``stats`` (see the module docstring)."""
     blocks = _analyse(prog, state, stats)
     if not blocks:
         return replace(state, round=state.round + 1)
