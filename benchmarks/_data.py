@@ -3,36 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
+from daskabsp.datasets import text_like
 
-def text_like(n_rows: int = 200_000, n_features: int = 20_000, nnz_per_row: int = 40,
-              seed: int = 0) -> tuple[sp.csr_matrix, np.ndarray]:
-    """Sparse bag-of-words-like rows and a binary target.
-
-    Feature ``j`` occurs with probability proportional to ``1 / (j + 10)`` (Zipf's law, as
-    word frequencies), so a few features are in most rows and most are rare; each row has
-    ``nnz_per_row`` distinct features with log-normal counts, scaled to unit L2 norm as TF-IDF
-    rows are. The target follows a logistic model whose weights are sparse and larger on rare
-    features (as informative words are), with the intercept set for about 1/3 positives.
-    """
-    rng = np.random.default_rng(seed)
-    freq = 1.0 / (np.arange(n_features) + 10.0)
-    freq /= freq.sum()
-    # nnz_per_row draws per row; duplicates are merged by the CSR conversion
-    cols = rng.choice(n_features, size=(n_rows, nnz_per_row), p=freq)
-    vals = rng.lognormal(0.0, 0.5, size=(n_rows, nnz_per_row))
-    rows = np.repeat(np.arange(n_rows), nnz_per_row)
-    X = sp.csr_matrix((vals.ravel(), (rows, cols.ravel())), shape=(n_rows, n_features))
-    X.sum_duplicates()
-    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
-    X = sp.diags(1.0 / np.maximum(norms, 1e-12)) @ X
-    w = rng.normal(0.0, 1.0, n_features) * (rng.random(n_features) < 0.2)
-    w *= 1.0 + 4.0 * (np.arange(n_features) > n_features // 10)
-    z = X @ w
-    z -= np.quantile(z, 2 / 3)
-    y = (rng.random(n_rows) < 1.0 / (1.0 + np.exp(-3.0 * z))).astype(np.int64)
-    return X.tocsr(), y
+__all__ = ["dense_classification", "dense_regression", "text_like"]
 
 
 def dense_classification(n_rows: int, n_features: int, n_classes: int = 2,

@@ -6,6 +6,8 @@
 * :func:`order_rows`: the same rows sorted by their label or by a feature, within each
   partition, so that the rows a partial pass over a partition sees are a biased sample (rows
   that are not exchangeable).
+* :func:`text_like`: TF-IDF-like bag-of-words rows (Zipf word frequencies) and a binary
+  target, the sparse shape of text classification.
 
 Both use the engine's split of in-memory input (:func:`daskabsp.partitions.split_rows`): fit
 with ``n_partitions`` equal to the one given here and partition ``p`` of the fit is block ``p``.
@@ -132,3 +134,46 @@ def order_rows(X, y, *, by: str | int = "label", n_partitions: int | None = None
     order = np.concatenate([lo + np.argsort(key[lo:hi], kind="stable")
                             for lo, hi in itertools.pairwise(bounds)])
     return X[order], y[order]
+
+
+def text_like(n_rows: int = 200_000, n_features: int = 20_000, nnz_per_row: int = 40,
+              seed: int = 0) -> tuple[sp.csr_matrix, np.ndarray]:
+    """Sparse bag-of-words-like rows and a binary target.
+
+    Feature ``j`` occurs with probability proportional to ``1 / (j + 10)`` (Zipf's law, as
+    word frequencies), so a few features are in most rows and most are rare; each row has
+    ``nnz_per_row`` distinct features with log-normal counts, scaled to unit L2 norm as TF-IDF
+    rows are. The target follows a logistic model whose weights are sparse and larger on rare
+    features (as informative words are), with the intercept set for about 1/3 positives.
+
+    Parameters
+    ----------
+    n_rows, n_features : int
+        The shape of ``X``.
+    nnz_per_row : int
+        Words drawn per row (duplicates merged, so a row may hold fewer).
+    seed : int
+        Seed of the random generator.
+
+    Returns
+    -------
+    X : csr_matrix of shape (n_rows, n_features)
+    y : ndarray of shape (n_rows,), int64 in {0, 1}
+    """
+    rng = np.random.default_rng(seed)
+    freq = 1.0 / (np.arange(n_features) + 10.0)
+    freq /= freq.sum()
+    # nnz_per_row draws per row; duplicates are merged by the CSR conversion
+    cols = rng.choice(n_features, size=(n_rows, nnz_per_row), p=freq)
+    vals = rng.lognormal(0.0, 0.5, size=(n_rows, nnz_per_row))
+    rows = np.repeat(np.arange(n_rows), nnz_per_row)
+    X = sp.csr_matrix((vals.ravel(), (rows, cols.ravel())), shape=(n_rows, n_features))
+    X.sum_duplicates()
+    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
+    X = sp.diags(1.0 / np.maximum(norms, 1e-12)) @ X
+    w = rng.normal(0.0, 1.0, n_features) * (rng.random(n_features) < 0.2)
+    w *= 1.0 + 4.0 * (np.arange(n_features) > n_features // 10)
+    z = X @ w
+    z -= np.quantile(z, 2 / 3)
+    y = (rng.random(n_rows) < 1.0 / (1.0 + np.exp(-3.0 * z))).astype(np.int64)
+    return X.tocsr(), y

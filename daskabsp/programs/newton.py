@@ -37,7 +37,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from .base import PartitionStats, Program
-from .curvature import Curvature, add_pair
+from .curvature import Curvature, add_pair, diagonal
 from .cycles import CycleLedger, RoundStats
 from .trust_region import TrustRegion, one_blas_thread, trust_step
 
@@ -222,6 +222,10 @@ class NewtonState:
     probe: np.ndarray | None = None
     secant: tuple[np.ndarray, np.ndarray] | None = None
     memory: tuple[tuple[tuple[np.ndarray, np.ndarray], ...], ...] = ()
+    #: L-BFGS curvature only: per block, the diagonal scaling the trust region measures
+    #: steps in (the first round's Hessian diagonal with the penalty; see
+    #: :func:`~daskabsp.programs.trust_region.trust_step`).
+    scale: tuple[np.ndarray, ...] = ()
     #: Full Hessian only: the stride of the rows it is estimated from this round, and
     #: ``time.perf_counter()`` at the end of the last update (to measure a round's overhead).
     stride: int = 1
@@ -673,17 +677,23 @@ def _step_blocks(prog: NewtonProgram, state: NewtonState, blocks: list[_Block],
     pending = state.pending or (None,) * len(blocks)
     out = _Steps(theta.copy(), [],
                  list(state.radius or [prog.initial_radius(b.f) for b in blocks]))
+    lbfgs = cv.kind == "lbfgs"
     for b, blk in enumerate(blocks):
         cvb = replace(cv, pairs=memory[b]) if memory else cv
 
-        def step(g, h, region, cvb=cvb):
-            return trust_step(g, cvb.direction(h, reg, g), region.radius)
+        def step(g, h, region, cvb=cvb, b=b):
+            return trust_step(g, cvb.direction(h, reg, g), region.radius,
+                              state.scale[b] if lbfgs else None)
 
         tr, keep, p = TrustRegion(out.radius[b]), True, pending[b]
         if p is not None and p.exact == blk.exact:
-            # Estimates from the two kinds of model differ by more than a step's effect:
+            # Estimates from a pass model and a round's differ by more than a step's effect:
             # only estimates of the same kind are compared. The pass model is compared
             # with itself at both points, so that pieces replaced since do not count.
+            # L-BFGS fits have no pass model: a round over every row and a partial one are
+            # estimates of the same objective, their difference within the noise allowed
+            # (a step left unjudged because the next round's rows were of the other kind
+            # is how an A-BSP fit of sparse text diverged: see test_row_cost).
             before = blk.f_at(p.theta) if blk.f_at is not None else p.f
             tr, keep = tr.judge(before - blk.f, p.predicted, p.length,
                                 noise=max(p.noise, blk.noise, 1e-2 * prog.tol))
@@ -722,6 +732,9 @@ def round_update(prog: NewtonProgram, state: NewtonState, stats: RoundStats) -> 
     _B, m, cv, _L = prog._dims(theta)
     exact = all(blk.exact for blk in blocks)
     memory = _lbfgs_memory(prog, state, blocks, m, exact) if cv.kind == "lbfgs" else []
+    if memory and not state.scale:
+        state = replace(state, scale=tuple(diagonal(blk.h[:m] + prog.reg(m))
+                                           for blk in blocks))
     st = _step_blocks(prog, state, blocks, cv, memory)
     few_rows = cv.kind == "full" and stats.rows < ROWS_PER_PARAMETER * m
     full = state.full or few_rows or all(n or d for n, d in zip(st.noisy, st.done,

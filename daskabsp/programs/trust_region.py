@@ -76,13 +76,21 @@ class Step:
     length: float
 
 
-def trust_step(g: np.ndarray, direction: np.ndarray, radius: float) -> Step:
-    """The Newton step ``direction`` (``-H^-1 g``), scaled back to ``radius`` if longer."""
+def trust_step(g: np.ndarray, direction: np.ndarray, radius: float,
+               metric: np.ndarray | None = None) -> Step:
+    """The Newton step ``direction`` (``-H^-1 g``), scaled back to ``radius`` if longer.
+
+    Lengths are in the model's norm (``sqrt(s.H.s)``), or with a ``metric`` (the diagonal
+    of a fixed positive scaling ``M``) in ``sqrt(s.M.s)``: a quasi-Newton model's own norm
+    collapses where its curvature does (a logistic loss saturated on every row after a bad
+    step: its curvature falls to the penalty's), and a radius in it then allows steps of
+    any length."""
     s = direction
     lam2 = max(float(-g @ s), 0.0)
     lam = float(np.sqrt(lam2))
-    t = 1.0 if lam <= radius else radius / lam
-    return Step(step=t * s, predicted=lam2 * (t - 0.5 * t * t), decrement=lam, length=t * lam)
+    full = lam if metric is None else float(np.sqrt(max(float(s @ (metric * s)), 0.0)))
+    t = 1.0 if full <= radius else radius / full
+    return Step(step=t * s, predicted=lam2 * (t - 0.5 * t * t), decrement=lam, length=t * full)
 
 
 @dataclass(frozen=True)
