@@ -181,8 +181,10 @@ def _loop_module() -> str:
 
 
 def workers(client: Client) -> list[str]:
-    """Worker addresses, sorted."""
-    return sorted(client.scheduler_info(n_workers=-1)["workers"])
+    """Worker addresses, sorted (asked of the scheduler itself)."""
+    from daskabsp.cluster import worker_addresses
+
+    return worker_addresses(client)
 
 
 def logistic_data(client: Client, n_rows: int, n_features: int, n_partitions: int,

@@ -47,7 +47,7 @@ from sklearn.datasets import make_blobs
 from sklearn.exceptions import ConvergenceWarning
 
 from daskabsp import ABSP, SlowWorkers
-from daskabsp.cluster import fast_malloc
+from daskabsp.cluster import fast_malloc, worker_addresses
 from daskabsp.datasets import order_rows
 from daskabsp.estimators import KMeans, LinearSVC, LogisticRegression, Ridge
 
@@ -132,7 +132,7 @@ class Transient(FitCallback):
 
     def __init__(self, client: Client, seed: int) -> None:
         self.client, self.rng = client, random.Random(seed)
-        self.workers = sorted(client.scheduler_info()["workers"])
+        self.workers = worker_addresses(client)
 
     def slow_one(self) -> None:
         plugin = SlowWorkers({self.rng.choice(self.workers): FACTOR})
@@ -170,7 +170,7 @@ def fit_once(client, make, X, y, sync: str, scenario: str, seed: int, daskml=Non
     est.set_callbacks(*hooks)
     timers, pid = [], None
     if scenario == "frozen":
-        pid = client.run(os.getpid)[sorted(client.scheduler_info()["workers"])[-1]]
+        pid = client.run(os.getpid)[worker_addresses(client)[-1]]
         timers = [threading.Timer(FREEZE_AFTER, os.kill, (pid, signal.SIGSTOP)),
                   threading.Timer(FREEZE_AFTER + FREEZE_FOR, os.kill, (pid, signal.SIGCONT))]
         for t in timers:
@@ -220,7 +220,7 @@ def run_case(name: str, make, X, y, scenario: str, n_workers: int, syncs: list[s
     with fast_malloc(), LocalCluster(n_workers=n_workers, threads_per_worker=1,
                                      processes=True, dashboard_address=":0") as cl, \
             Client(cl) as client:
-        slow = sorted(client.scheduler_info()["workers"])[0]
+        slow = worker_addresses(client)[0]
         if scenario in ("persistent", "ordered"):
             client.register_plugin(SlowWorkers({slow: FACTOR}))
         daskml = None

@@ -62,7 +62,7 @@ from sklearn import svm as sk_svm
 from sklearn.exceptions import ConvergenceWarning
 
 import daskabsp
-from daskabsp.cluster import embedded_client
+from daskabsp.cluster import embedded_client, worker_addresses
 from daskabsp.estimators import LinearSVC, LogisticRegression, Ridge
 from daskabsp.programs import LinearNewton, MultinomialNewton, hessian_limit
 from daskabsp.programs.linear import DIAGONAL_STRIDE
@@ -162,7 +162,7 @@ def place_pieces(client, X, y):
     graph)."""
     import dask.array as da
 
-    addrs = sorted(client.scheduler_info()["workers"])
+    addrs = worker_addresses(client)
     bounds = np.linspace(0, X.shape[0], len(addrs) + 1).astype(int)
     futs = [client.scatter((X[a:b], np.asarray(y[a:b], dtype=np.float64)), workers=[w],
                            hash=False)
@@ -638,7 +638,7 @@ def main() -> None:
     finally:
         if spark is not None:
             spark.close()
-    workers = client.scheduler_info()["workers"]
+    workers = client.sync(client.scheduler.identity, n_workers=-1)["workers"]
     print(f"\nSolvers: whole fit() at default settings, daskabsp on {len(workers)} workers x 1 "
           f"thread (embedded cluster), {repeats} interleaved repeats; seconds median [IQR]")
     print(table(["case: method", "fit s", "objective gap", "rounds", "/scikit-learn",

@@ -41,7 +41,7 @@ from sklearn.linear_model import LogisticRegression as SkLogisticRegression
 from sklearn.svm import LinearSVC as SkLinearSVC
 
 from daskabsp import ABSP, ASP, SSP, SlowWorkers
-from daskabsp.cluster import fast_malloc
+from daskabsp.cluster import fast_malloc, worker_addresses
 from daskabsp.estimators import KMeans, LinearSVC, LogisticRegression
 
 FACTOR = 4.0
@@ -114,7 +114,7 @@ class Transient:
     def __init__(self, client: Client, period: float, seed: int) -> None:
         self.client, self.period = client, period
         self.rng = random.Random(seed)
-        self.workers = sorted(client.scheduler_info()["workers"])
+        self.workers = worker_addresses(client)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -167,7 +167,7 @@ def run_case(name: str, make, X, y, scenario: str, syncs: list[str], repeats: in
                                      processes=True, dashboard_address=":0") as cl, \
             Client(cl) as client:
         if scenario == "persistent":
-            client.register_plugin(SlowWorkers({sorted(client.scheduler_info()["workers"])[0]:
+            client.register_plugin(SlowWorkers({worker_addresses(client)[0]:
                                                 FACTOR}))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)

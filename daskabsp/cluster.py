@@ -106,3 +106,10 @@ def close_embedded() -> None:
             if cluster is not None:
                 cluster.close()
             _embedded = None
+
+
+def worker_addresses(client: distributed.Client) -> list[str]:
+    """The addresses of the workers of ``client``'s cluster (a synchronous client), sorted,
+    asked of the scheduler itself: ``Client.scheduler_info()`` falls back to cached totals
+    that list no workers when its query fails."""
+    return sorted(client.sync(client.scheduler.identity, n_workers=-1)["workers"])

@@ -14,7 +14,7 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from .cluster import fast_malloc
+from .cluster import fast_malloc, worker_addresses
 from .fitting import fit
 from .policies import ABSP, BSP
 from .programs import LinearNewton, LogisticGD
@@ -54,7 +54,7 @@ def run(n_rows: int, n_features: int, slowdown: float, workers: int) -> list[dic
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True) as cluster, \
             Client(cluster) as client:
         print(f"Dask dashboard: {client.dashboard_link}  (open it to watch the rounds)")
-        slow = sorted(client.scheduler_info()["workers"])[0]
+        slow = worker_addresses(client)[0]
         print(f"{workers} workers x 1 thread. Data: {n_rows:,} x {n_features}, one partition "
               f"per worker. Straggler: {slow} emulated {slowdown:g}x slower.\n")
         for straggler in (False, True):

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from dask.base import tokenize
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from .cluster import worker_addresses
 from .runtime import SLOW_EXTENSION
 
 
@@ -131,7 +132,7 @@ def pinned_workers(client, cores: Sequence[int] | None = None) -> Iterator[dict[
     """
     if not hasattr(os, "sched_setaffinity"):
         raise RuntimeError("pinned_workers needs os.sched_setaffinity (Linux).")
-    addrs = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    addrs = worker_addresses(client)
     if cores is None:  # the cores the workers may use (already pinned ones: together)
         cores = sorted(set().union(*client.run(_usable_cpus, workers=addrs).values()))
     cores = [int(c) for c in cores]
@@ -259,7 +260,7 @@ def cpu_neighbour(client, worker: str, *, duty: float = 1.0, processes: int = 1,
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
         raise ValueError(f"The 'processes' parameter of cpu_neighbour must be an int in the "
                          f"range [1, inf). Got {processes!r} instead.")
-    if worker not in client.scheduler_info(n_workers=-1)["workers"]:
+    if worker not in worker_addresses(client):
         raise ValueError(f"No worker {worker!r} on this cluster.")
     hosts = client.run(socket.gethostname, workers=[worker])
     if hosts[worker] != socket.gethostname():

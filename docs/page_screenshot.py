@@ -21,6 +21,7 @@ from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 
 import daskabsp
+from daskabsp.cluster import worker_addresses
 from daskabsp.monitor import PAGE
 
 ROUNDS_SHOWN = 60
@@ -32,7 +33,7 @@ def main(out: Path) -> None:
     y = (X @ rng.standard_normal(10) + rng.standard_normal(len(X)) > 0).astype(float)
     with LocalCluster(n_workers=4, threads_per_worker=1, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
-        slow = sorted(client.scheduler_info()["workers"])[0]
+        slow = worker_addresses(client)[0]
         opts = Options()
         opts.binary_location = "/usr/bin/chromium"
         for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",

@@ -16,6 +16,7 @@ from distributed import Client, LocalCluster
 from sklearn.datasets import make_blobs
 
 from daskabsp.answering import answering_workers, compute_answering, stuck_keys
+from daskabsp.cluster import worker_addresses
 from daskabsp.estimators import KMeans
 from daskabsp.estimators._kmeans_init import BlockDraws, Candidates
 
@@ -45,7 +46,7 @@ def test_passes_and_fits_go_around_a_frozen_worker():
     with dask.config.set({"daskabsp.unresponsive-after": "1s"}), \
             LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
                          dashboard_address=":0") as cluster, Client(cluster) as client:
-        workers = sorted(client.scheduler_info()["workers"])
+        workers = worker_addresses(client)
         futs = [client.scatter(b, workers=[w]) for b, w in zip(blocks, workers, strict=True)]
         empty = Candidates(np.zeros((0, 4)), np.zeros(0, dtype=np.uint64))
         shared_on_frozen = client.scatter(empty, workers=[workers[0]])

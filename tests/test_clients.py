@@ -14,6 +14,7 @@ import pytest
 from distributed import Client
 
 from daskabsp import LogisticGD, fit
+from daskabsp.cluster import worker_addresses
 
 
 def _xy(n=20_000, d=5, seed=0):
@@ -91,7 +92,7 @@ def test_scheduler_without_daskabsp_falls_back_to_driver_stops(tmp_path):
                  "--no-dashboard"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         client.wait_for_workers(2, timeout=60)
         X, y = _xy(400_000, 20)
-        addr = sorted(client.scheduler_info()["workers"])[0]
+        addr = worker_addresses(client)[0]
         import daskabsp
 
         with pytest.warns(RuntimeWarning, match="could not install its scheduler plugin"), \

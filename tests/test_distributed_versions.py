@@ -28,6 +28,7 @@ _SCRIPT = textwrap.dedent("""
     import numpy as np, distributed
     from distributed import Client, LocalCluster
     from daskabsp import ABSP, LogisticGD, fit, slow_workers
+    from daskabsp.cluster import worker_addresses
     from daskabsp.plugins import ensure_plugins
 
     if __name__ == "__main__":
@@ -35,7 +36,7 @@ _SCRIPT = textwrap.dedent("""
                           dashboard_address=":0") as cl, Client(cl) as c:
             rng = np.random.default_rng(0)
             X = rng.normal(size=(40000, 5)); y = (X[:, 0] > 0).astype(float)
-            slow = sorted(c.scheduler_info()["workers"])[0]
+            slow = worker_addresses(c)[0]
             with slow_workers(c, {slow: 8.0}):
                 res = fit(LogisticGD(), X, y, sync=ABSP(helpers=False), max_iter=3,
                           tol=None, n_partitions=2)

@@ -18,6 +18,7 @@ from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
 
 from daskabsp import LogisticGD, fit, slow_workers
+from daskabsp.cluster import worker_addresses
 from daskabsp.estimators import LogisticRegression as AbspLogistic
 
 _chunks_seen = [0]
@@ -56,11 +57,11 @@ def test_worker_killed_mid_round(tmp_path):
     kill_file.touch()
     with LocalCluster(n_workers=4, threads_per_worker=1, processes=True,
                       dashboard_address=":0") as cluster, Client(cluster) as client:
-        before = set(client.scheduler_info()["workers"])
+        before = set(worker_addresses(client))
         res = fit(KillOnce(kill_file=str(kill_file)), X, y, sync="absp", max_iter=400,
                   tol=None, n_partitions=4, client=client)
         client.wait_for_workers(4)
-        after = set(client.scheduler_info()["workers"])
+        after = set(worker_addresses(client))
     assert not kill_file.exists(), "no worker was killed"
     assert len(before - after) == 1  # one worker died and its nanny started a new one
     h = res.history

@@ -14,6 +14,7 @@ from sklearn.datasets import make_classification
 
 import daskabsp
 from daskabsp import ABSP, LogisticGD, fit, plot_objectives, slow_workers
+from daskabsp.cluster import worker_addresses
 from daskabsp.history import HistoryRecorder
 
 matplotlib = pytest.importorskip("matplotlib")
@@ -33,7 +34,7 @@ def fits(client):
     helpers cover every leftover, however small: these partitions scan in milliseconds, and
     a leftover under ``daskabsp.help-above`` would otherwise wait for the next round)."""
     X, y = make_classification(n_samples=20_000, n_features=8, random_state=0)
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = worker_addresses(client)
     out = {}
     with slow_workers(client, {workers[0]: 20.0}), dask.config.set({"daskabsp.help-above": 0}):
         for sync in ["bsp", "absp"]:

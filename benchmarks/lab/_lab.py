@@ -29,7 +29,7 @@ from distributed import Client, LocalCluster  # noqa: E402
 
 import daskabsp  # noqa: E402
 from daskabsp import ABSP, BSP  # noqa: E402
-from daskabsp.cluster import fast_malloc  # noqa: E402
+from daskabsp.cluster import fast_malloc, worker_addresses  # noqa: E402
 from daskabsp.datasets import order_rows, skewed_sparse  # noqa: E402
 from daskabsp.programs.kmeans import squared_distances  # noqa: E402
 from daskabsp.stragglers import cpu_neighbour, pinned_workers, slow_workers  # noqa: E402
@@ -78,7 +78,7 @@ def lab_cluster(n_workers: int | None = None) -> Iterator[Client]:
 
 
 def workers(client: Client) -> list[str]:
-    return sorted(client.scheduler_info(n_workers=-1)["workers"])
+    return worker_addresses(client)
 
 
 @contextmanager
