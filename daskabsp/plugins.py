@@ -293,7 +293,7 @@ class AbspSchedulerPlugin(SchedulerPlugin):
 
     # -- handlers ------------------------------------------------------------------------------
 
-    async def settled(self, round: str, timeout: float = 60.0,
+    async def settled(self, round: str, timeout: float = 10.0,
                       unresponsive: float | None = None) -> SettledReply | None:
         """Wait until ``round`` has settled (see :class:`~daskabsp.protocol.SettledReply`).
 

@@ -45,6 +45,15 @@ from .journal import Journal
 logger = logging.getLogger(__name__)
 
 
+async def _first_failure(client, futs: list[Future]) -> Future | None:
+    """The first of ``futs`` to end otherwise than finished (erred, cancelled, its data
+    lost), or None once all have finished."""
+    async for f in as_completed(futs, loop=client.loop):
+        if f.status != "finished":
+            return f
+    return None
+
+
 def idle_result(cursor: int, worker: str) -> PartialResult:
     """The result of a task that had not started when its round stopped: nothing computed."""
     return PartialResult(stats=None, rows=0, cursor=cursor, stopped=True, compute_seconds=0.0,
@@ -393,8 +402,20 @@ class Link:
         if not (settle and self.path.scheduler_plugin):
             return Collected(await self.gather(futs), {}, set())
         settled = getattr(self.client.scheduler, SETTLED_HANDLER)
-        ans: SettledReply = await settled(
-            round=str(rid), unresponsive=config.seconds("unresponsive-after")) or {
+        ask = asyncio.ensure_future(settled(
+            round=str(rid), unresponsive=config.seconds("unresponsive-after")))
+        # A round whose tasks lost their data before the scheduler took them in is never
+        # announced to the plugin: its first failed future ends the wait (measured: a round
+        # after a killed worker otherwise waited out the plugin's 60 s for the round).
+        failed = asyncio.ensure_future(_first_failure(self.client, futs))
+        await asyncio.wait({ask, failed}, return_when=asyncio.FIRST_COMPLETED)
+        failed.cancel()
+        if not ask.done():
+            ask.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await failed
+        ans: SettledReply = (ask.result() if ask.done() and not ask.cancelled()
+                             and ask.exception() is None else None) or {
             "idle": [], "late": [], "occupied": []}
         idle = dict(ans["idle"])
         # Given up: their worker went silent. Their rows stay unprocessed; whatever they
