@@ -280,27 +280,37 @@ class FaultRun:
 
 
 def run_with_faults(client, fit, faults, *, seed: int = 0, bound: float = 120.0,
-                    grace: float = 30.0) -> FaultRun:
+                    grace: float = 30.0, around=None) -> FaultRun:
     """Run ``fit()`` (a synchronous fit on ``client``'s cluster, returning the fitted
     estimator) with a :class:`FaultInjector` of ``faults`` registered, waiting at most
-    ``bound`` seconds; then resume every stopped worker and check what must hold."""
-    import threading
+    ``bound`` seconds; then resume every stopped worker and check what must hold.
 
+    ``around``, a context manager (e.g. :func:`daskabsp.slow_workers`), is entered before
+    and left after the faults, outside the time measured (leaving it may wait for a worker
+    stopped until then)."""
     name = f"daskabsp-faults-{seed}-{time.time_ns()}"
     client.register_plugin(FaultInjector(faults, seed, name), name=name)
+    with around if around is not None else contextlib.nullcontext():
+        return _run(client, fit, name, bound, grace)
+
+
+def _run(client, fit, name: str, bound: float, grace: float) -> FaultRun:
+    import threading
+
     out: dict = {}
 
     def target() -> None:
+        t0 = time.perf_counter()
         try:
             out["est"] = fit()
         except BaseException as e:  # reported, not raised in this thread
             out["error"] = e
+        out["seconds"] = time.perf_counter() - t0
 
     thread = threading.Thread(target=target, daemon=True)
-    t0 = time.perf_counter()
     thread.start()
     thread.join(bound)
-    seconds = None if thread.is_alive() else time.perf_counter() - t0
+    seconds = None if thread.is_alive() else out.get("seconds")
     fired = client.run_on_scheduler(_release, name)
     client.unregister_scheduler_plugin(name)
     est = out.get("est")

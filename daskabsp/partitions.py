@@ -68,7 +68,9 @@ class Partitions:
         return {owner: own, **(self.copies[p] if self.copies else {})}
 
 
-def _as_dask(a, chunks: tuple[int, ...]):
+def as_dask(a, chunks: tuple[int, ...]):
+    """``a`` (dask or in-memory; None stays None) as a dask array of row chunks ``chunks``,
+    features in one chunk."""
     if a is None:
         return None
     if is_dask(a):
@@ -99,7 +101,7 @@ async def place(client, X, y, sample_weight, chunks: tuple[int, ...], *,
     """
     if not any(is_dask(a) for a in (X, y, sample_weight)):
         return await _scatter(client, X, y, sample_weight, chunks, silent)
-    arrays = [_as_dask(a, chunks) for a in (X, y, sample_weight)]
+    arrays = [as_dask(a, chunks) for a in (X, y, sample_weight)]
     present = [a for a in arrays if a is not None]
     persisted = client.persist(present)
     it = iter(persisted)

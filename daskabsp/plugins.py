@@ -42,6 +42,7 @@ from .protocol import (
     SILENT_HANDLER,
     STOP_HANDLER,
     STOP_OP,
+    STOP_ROUNDS_HANDLER,
     STUCK_HANDLER,
     PageStatus,
     RoundTimes,
@@ -181,6 +182,7 @@ class AbspSchedulerPlugin(SchedulerPlugin):
             ROUND_INFO_HANDLER: self.round_info, FORGET_HANDLER: self.forget_fit,
             SETTLED_HANDLER: self.settled, SILENT_HANDLER: self.silent,
             STUCK_HANDLER: self.stuck, REPORT_HANDLER: self.fit_report,
+            STOP_ROUNDS_HANDLER: self.stop_rounds,
             PAGE_STATUS_HANDLER: self.page_status})
         scheduler.stream_handlers[IDLE_OP] = self._idle
 
@@ -284,6 +286,18 @@ class AbspSchedulerPlugin(SchedulerPlugin):
                                                   "keys": keys})
             else:  # a stream op unknown to the worker would drop its connection; RPC only logs
                 self._spawn(self._rpc_stop(addr, [r.rid]))
+
+    def stop_rounds(self, rounds=()) -> None:
+        """Set the stop flags of ``rounds`` on every worker, without waiting for any (a
+        frozen worker gets the stop when it resumes): the driver's stop of a fit it ends
+        or a wave it gives up."""
+        rounds = list(rounds)
+        for addr in list(self.scheduler.workers):
+            if addr not in self._unequipped:
+                self.scheduler.worker_send(addr, {"op": STOP_OP, "rounds": rounds,
+                                                  "keys": []})
+            else:
+                self._spawn(self._rpc_stop(addr, rounds))
 
     async def _rpc_stop(self, addr: str, rounds: list[str]) -> None:
         try:

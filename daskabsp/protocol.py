@@ -24,6 +24,7 @@ FORGET_OP = "daskabsp-forget"
 STOP_HANDLER = "daskabsp_stop"
 #: Scheduler handlers (RPC), called by the fitting process.
 SETTLED_HANDLER = "daskabsp_settled"
+STOP_ROUNDS_HANDLER = "daskabsp_stop_rounds"
 SILENT_HANDLER = "daskabsp_silent"
 STUCK_HANDLER = "daskabsp_stuck"
 ROUND_INFO_HANDLER = "daskabsp_round_info"

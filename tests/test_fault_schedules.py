@@ -83,11 +83,8 @@ def run_case(client, model: str, policy: str, seed: int, bound: float = BOUND):
     client.wait_for_workers(4)
     slow = worker_addresses(client)[0]
 
-    def fit():
-        with slow_workers(client, {slow: 3.0}):
-            return make(sync).fit(X, y)
-
-    run = run_with_faults(client, fit, faults, seed=seed, bound=bound)
+    run = run_with_faults(client, lambda: make(sync).fit(X, y), faults, seed=seed,
+                          bound=bound, around=slow_workers(client, {slow: 3.0}))
     gap = None if run.estimator is None else (objective(run.estimator) - best) / abs(best)
     return run, faults, gap
 

@@ -35,6 +35,7 @@ from ..protocol import (
     FORGET_HANDLER,
     ROUND_INFO_HANDLER,
     SETTLED_HANDLER,
+    STOP_ROUNDS_HANDLER,
     RoundId,
     SettledReply,
     SignalPath,
@@ -43,6 +44,23 @@ from ..runtime import PartialResult, run_partition, run_pieces
 from .journal import Journal
 
 logger = logging.getLogger(__name__)
+
+
+def stop_in_background(client, rounds: list[str]) -> None:
+    """Set the stop flags of ``rounds`` on every worker with ``Client.run``, not waiting
+    for its answers (it waits for every worker's, a frozen one's too)."""
+    task = asyncio.ensure_future(client.run(stop_on_worker, rounds, on_error="ignore"))
+    _background.add(task)
+    task.add_done_callback(_settle_background)
+
+
+_background: set[asyncio.Future] = set()
+
+
+def _settle_background(task: asyncio.Future) -> None:
+    _background.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logger.debug("daskabsp: a stop did not reach every worker: %r", task.exception())
 
 
 async def _first_failure(client, futs: list[Future]) -> Future | None:
@@ -154,7 +172,7 @@ class DriverPath(Path):
         async for _ in as_completed(futs, loop=link.client.loop):
             done += 1
             if done == quorum:
-                await link.client.run(stop_on_worker, [str(rid)])
+                stop_in_background(link.client, [str(rid)])
                 return
 
 
@@ -454,10 +472,16 @@ class Link:
         await self._stop_everywhere(list(rids))
 
     async def _stop_everywhere(self, rids: list[RoundId]) -> None:
+        """Set the stop flags of ``rids`` on every worker, waiting for none of them (a
+        frozen worker would hold the fit up until it resumes)."""
         if not rids:
             return
+        rounds = [str(r) for r in rids]
         try:
-            await self.client.run(stop_on_worker, [str(r) for r in rids])
+            if self.path.scheduler_plugin:
+                await getattr(self.client.scheduler, STOP_ROUNDS_HANDLER)(rounds=rounds)
+            else:
+                stop_in_background(self.client, rounds)
         except Exception as e:  # e.g. the client is closing: its tasks are released anyway
             logger.debug("daskabsp: could not stop rounds %s: %r", rids, e)
 

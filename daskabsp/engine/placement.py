@@ -13,12 +13,14 @@ import logging
 import time
 from collections.abc import Collection, Mapping
 
+from dask.graph_manipulation import clone
 from dask.sizeof import sizeof
-from distributed import Future
+from distributed import Future, futures_of
 
 from .. import config
 from ..partitions import (
     Partitions,
+    as_dask,
     check_finite_block,
     copy_on,
     is_dask,
@@ -148,6 +150,9 @@ class Placement:
         lost = stranded - set(promoted)
         if lost and self.source is not None:
             await asyncio.gather(*(self._place_again(p, silent) for p in sorted(lost)))
+        elif lost and is_dask(self.data_[0]):
+            for p in sorted(lost):
+                self._recompute(p)
 
     async def _place_again(self, p: int, silent: set[str]) -> None:
         """Scatter partition ``p``'s rows again to its owner; if that worker is gone by now
@@ -164,6 +169,23 @@ class Placement:
             raise OSError(f"no worker left to place partition {p} on")
         self.owner[p] = workers[p % len(workers)]
         await move(self.link.client, self.parts, p, *self.source, self.owner[p])
+
+    def _recompute(self, p: int) -> None:
+        """Compute partition ``p`` of dask input again, from its lineage under new keys, on
+        its owner (its rows are only on workers that stopped answering: Dask would wait for
+        them, since it recomputes a key only once the worker holding it has left). Input
+        persisted before the fit has no lineage beyond those workers: its tasks then wait
+        for them, and the rounds go on without the partition meanwhile."""
+        client = self.link.client
+        blocks = [None if a is None else as_dask(a, self.sizes).blocks[p] for a in self.data_]
+        cloned = iter(client.persist(list(clone(*[b for b in blocks if b is not None],
+                                                assume_layers=False)),
+                                     workers=[self.owner[p]], allow_other_workers=True))
+        new = [None if b is None else futures_of(next(cloned))[0] for b in blocks]
+        self.parts.X[p], self.parts.y[p], self.parts.sample_weight[p] = new
+        self.link.journal.note(logger, logging.WARNING, "partition %d's rows are only on "
+                               "workers that stopped answering: computed again from their "
+                               "lineage on %s", p, self.owner[p])
 
     async def recover(self) -> None:
         """After a round lost partitions with a worker: place them all again (in-memory
