@@ -278,7 +278,7 @@ def dashboard_page(client: Client, state: str) -> Iterator[None]:
     if state == "closed":
         yield
         return
-    from daskabsp.monitor import PAGE
+    from daskabsp.extension import PAGE
 
     binary = shutil.which("chromium") or shutil.which("chromium-browser")
     if binary is None:
@@ -303,7 +303,7 @@ def dashboard_page(client: Client, state: str) -> Iterator[None]:
 
 def page_sessions(dask_scheduler=None) -> int:
     """Browser sessions of the daskabsp page open on this scheduler's dashboard."""
-    from daskabsp.monitor import PAGE
+    from daskabsp.extension import PAGE
 
     for app in dask_scheduler.http_application.applications:
         if hasattr(app, "get_sessions") and PAGE in getattr(app, "app_paths", ()):
@@ -335,7 +335,7 @@ def floor_queued(rid: str) -> int:
 def _stop_flag(rid: str):
     from distributed import get_worker
 
-    from daskabsp.runtime import EXTENSION
+    from daskabsp.extension._core import EXTENSION
 
     return get_worker().extensions[EXTENSION].flag(rid)
 
@@ -400,7 +400,7 @@ class StopReceipts(WorkerPlugin):
     idempotent = True
 
     def setup(self, worker) -> None:
-        from daskabsp.protocol import STOP_OP
+        from daskabsp.extension._protocol import STOP_OP
 
         inner = worker.stream_handlers[STOP_OP]
         log = worker.extensions.setdefault("bench-stop-receipts", [])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from daskabsp.datasets import text_like
+from daskabsp.lab.datasets import text_like
 
 __all__ = ["dense_classification", "dense_regression", "text_like"]
 

@@ -3,7 +3,7 @@ and where (issue 33's acceptance).
 
 The set-up of the hang issue 33 found: four worker processes (one thread each), one emulated
 3x slower, ``LogisticRegression(sync="absp", tol=1e-9)`` on a 200 000 x 20 dask array in
-50 000-row chunks. The fault (:mod:`daskabsp.faults`) hits one worker at one of three moments,
+50 000-row chunks. The fault (:mod:`daskabsp.lab.faults`) hits one worker at one of three moments,
 10 fits each: when a random partition task finishes (a random moment: which one and which
 worker are drawn), the moment the first copy of a partition starts being made (the worker it
 is made on), and the moment the first helper task is queued (the worker holding the copy it
@@ -31,7 +31,7 @@ from sklearn.linear_model import LogisticRegression as SkLogistic
 from daskabsp import slow_workers
 from daskabsp.cluster import worker_addresses
 from daskabsp.estimators import LogisticRegression
-from daskabsp.faults import Fault, run_with_faults
+from daskabsp.lab.faults import Fault, run_with_faults
 
 
 def options(p) -> None:

@@ -48,8 +48,8 @@ from sklearn.exceptions import ConvergenceWarning
 
 from daskabsp import ABSP, SlowWorkers
 from daskabsp.cluster import fast_malloc, worker_addresses
-from daskabsp.datasets import order_rows
 from daskabsp.estimators import KMeans, LinearSVC, LogisticRegression, Ridge
+from daskabsp.lab.datasets import order_rows
 
 FACTOR = 4.0
 FREEZE_AFTER, FREEZE_FOR = 1.0, 30.0

@@ -1,5 +1,5 @@
 """Scan throughput: the runtime's chunked, stoppable scan over one partition
-(``daskabsp.runtime.run_partition`` outside a worker, default chunk target) against one
+(``daskabsp.extension.run_partition`` outside a worker, default chunk target) against one
 vectorised numpy pass computing the same statistics (``LogisticGD.accumulate`` over the whole
 partition at once).
 
@@ -22,7 +22,7 @@ from threadpoolctl import threadpool_limits
 
 import daskabsp
 from daskabsp import config
-from daskabsp.runtime import run_partition
+from daskabsp.extension._core import run_partition
 
 TARGET = 0.8
 

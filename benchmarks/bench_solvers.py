@@ -64,10 +64,10 @@ from sklearn.exceptions import ConvergenceWarning
 import daskabsp
 from daskabsp.cluster import embedded_client, worker_addresses
 from daskabsp.estimators import LinearSVC, LogisticRegression, Ridge
+from daskabsp.extension._core import run_partition
 from daskabsp.programs import LinearNewton, MultinomialNewton, hessian_limit
 from daskabsp.programs.linear import DIAGONAL_STRIDE
 from daskabsp.programs.newton import NEWTON_ROUNDS, ROUND_OVERHEAD, choose_stride
-from daskabsp.runtime import run_partition
 
 TIME_TARGET = 1.2
 SPARK_TARGET = 2.0

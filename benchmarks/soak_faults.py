@@ -4,7 +4,7 @@ Each run is one fit of ``tests/test_fault_schedules.py``'s cases (logistic regre
 LinearSVC, Ridge, k-means on small data; four worker processes, one emulated 3x slower)
 under BSP, the default A-BSP, A-BSP as published, SSP(3) or ASP, with one or two faults
 (SIGKILL, SIGSTOP for 0.5-4 s, a slow-down by stopping a worker 50-90% of the time) at moments
-the fit's own events choose (:mod:`daskabsp.faults`). The policies and models rotate; the
+the fit's own events choose (:mod:`daskabsp.lab.faults`). The policies and models rotate; the
 schedules are drawn from consecutive seeds. Per run: did the fit return (within ``--bound``
 seconds), its gap to scikit-learn's optimum, its wall time over the same fit's without faults
 (the median of two, measured first), the history's accounting, tasks left on the cluster.

@@ -18,23 +18,27 @@ from . import config  # loads the daskabsp.* config defaults
 # partition task) imports only what that needs, not scikit-learn and xarray, which would hold
 # its event loop, and its heartbeats, for a second or more.
 _LAZY = {
-    "FitInfo": "callbacks", "ProgressBar": "callbacks", "RoundCallback": "callbacks",
-    "RoundInfo": "callbacks", "close_embedded": "cluster", "FitResult": "fitting",
+    "FitInfo": "monitor.callbacks", "ProgressBar": "monitor.callbacks",
+    "RoundCallback": "monitor.callbacks", "RoundInfo": "monitor.callbacks",
+    "close_embedded": "cluster", "get_client": "cluster", "FitResult": "fitting",
     "PlacedData": "fitting", "fit": "fitting", "fit_async": "fitting", "place": "fitting",
-    "place_async": "fitting", "plot_objectives": "plot", "ABSP": "policies", "BSP": "policies",
-    "SSP": "policies", "ASP": "policies",
-    "SYNC_NAMES": "policies", "Policy": "policies", "LogisticGD": "programs",
-    "Program": "programs", "SlowWorkers": "stragglers", "slow_workers": "stragglers",
+    "place_async": "fitting", "plot_objectives": "monitor.plot", "ABSP": "policies",
+    "BSP": "policies", "SSP": "policies", "ASP": "policies", "SYNC_NAMES": "policies",
+    "Policy": "policies", "as_policy": "policies", "LogisticGD": "programs",
+    "Program": "programs", "SlowWorkers": "lab.stragglers", "slow_workers": "lab.stragglers",
+    "compute_answering": "answering", "answering_workers": "answering",
+    "stuck_keys": "answering",
 }
 
 if TYPE_CHECKING:
-    from .callbacks import FitInfo, ProgressBar, RoundCallback, RoundInfo
-    from .cluster import close_embedded
+    from .answering import answering_workers, compute_answering, stuck_keys
+    from .cluster import close_embedded, get_client
     from .fitting import FitResult, PlacedData, fit, fit_async, place, place_async
-    from .plot import plot_objectives
-    from .policies import ABSP, ASP, BSP, SSP, SYNC_NAMES, Policy
+    from .lab.stragglers import SlowWorkers, slow_workers
+    from .monitor.callbacks import FitInfo, ProgressBar, RoundCallback, RoundInfo
+    from .monitor.plot import plot_objectives
+    from .policies import ABSP, ASP, BSP, SSP, SYNC_NAMES, Policy, as_policy
     from .programs import LogisticGD, Program
-    from .stragglers import SlowWorkers, slow_workers
 
 
 def __getattr__(name: str):
@@ -68,12 +72,17 @@ __all__ = [
     "RoundCallback",
     "RoundInfo",
     "SlowWorkers",
+    "answering_workers",
+    "as_policy",
     "close_embedded",
+    "compute_answering",
     "config",
     "fit",
     "fit_async",
+    "get_client",
     "place",
     "place_async",
     "plot_objectives",
     "slow_workers",
+    "stuck_keys",
 ]

@@ -12,7 +12,7 @@ def main(argv: list[str] | None = None) -> None:
               "  demo   fit logistic regression under BSP and A-BSP on an embedded\n"
               "         LocalCluster with one worker emulated slower, and print the speed-up")
         sys.exit(0 if argv and argv[0] in ("-h", "--help") else 2)
-    from .demo import main as demo
+    from .lab.demo import main as demo
 
     demo(argv[1:])
 

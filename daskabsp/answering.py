@@ -8,16 +8,10 @@ it resumes. :func:`compute_answering` gives up on the collections that wait on s
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-
 import distributed
 
-from . import config
-from .caller import seceded
-from .partitions import wait_all
-from .plugins import ensure_plugins
-from .protocol import SILENT_HANDLER, STUCK_HANDLER, SignalPath
+from .engine.caller import seceded
+from .extension import gather_answering, silent_of, stuck_of
 
 
 def compute_answering(collections: list, *, client: distributed.Client | None = None,
@@ -61,51 +55,6 @@ def stuck_keys(keys: list, *, client: distributed.Client | None = None) -> set:
     return set(client.sync(stuck_of, client, list(keys)))
 
 
-async def silent_of(client, workers) -> set[str]:
-    """Those of ``workers`` not heard from for ``daskabsp.unresponsive-after``, judged on
-    the scheduler's clock (none without daskabsp's scheduler plugin)."""
-    if await ensure_plugins(client) is not SignalPath.SCHEDULER:
-        return set()
-    return set(await getattr(client.scheduler, SILENT_HANDLER)(
-        workers=sorted(workers), seconds=config.seconds("unresponsive-after")))
-
-
-async def stuck_of(client, keys) -> dict:
-    """``{key: silent worker}`` for those of ``keys`` waiting on (or held only by) workers
-    not heard from for ``daskabsp.unresponsive-after``, naming one such worker (none without
-    daskabsp's scheduler plugin)."""
-    if await ensure_plugins(client) is not SignalPath.SCHEDULER:
-        return {}
-    return dict(await getattr(client.scheduler, STUCK_HANDLER)(
-        keys=list(keys), seconds=config.seconds("unresponsive-after")))
-
-
-async def gather_answering(client, futures: list) -> tuple[dict, dict]:
-    """Wait for ``futures`` and gather them, except those that wait on (or whose results
-    only) workers not heard from for ``daskabsp.unresponsive-after`` (hold): returns the
-    results by key, and ``{key: silent worker}`` for the futures given up on."""
-    if await ensure_plugins(client) is not SignalPath.SCHEDULER:
-        return dict(zip((f.key for f in futures), await _wait_and_gather(client, futures),
-                        strict=True)), {}
-    seconds = config.seconds("unresponsive-after")
-    given_up: dict = {}
-    while True:
-        live = [f for f in futures if f.key not in given_up]
-        task = asyncio.ensure_future(_wait_and_gather(client, live))
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=min(0.5, seconds / 4))
-            if done:
-                return dict(zip((f.key for f in live), task.result(), strict=True)), given_up
-            # waiting to run, or (finished just before its worker froze) to be fetched
-            stuck = await stuck_of(client, [f.key for f in live])
-            if stuck:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-                given_up.update(stuck)
-                break
-
-
 async def _answering(client) -> list[str]:
     workers = sorted(await client.scheduler.ncores())
     quiet = await silent_of(client, workers)
@@ -115,8 +64,3 @@ async def _answering(client) -> list[str]:
 async def _gather_answering(client, futures: list) -> list:
     got, given_up = await gather_answering(client, futures)
     return [None if f.key in given_up else got[f.key] for f in futures]
-
-
-async def _wait_and_gather(client, futures: list) -> list:
-    await wait_all(client, futures)
-    return await client.gather(futures, asynchronous=True)

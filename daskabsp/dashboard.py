@@ -13,11 +13,12 @@ or, for schedulers that others start (dask-jobqueue, Kubernetes), the config
 preload of the schedulers started later in the same process (a ``LocalCluster``, the embedded
 cluster).
 
-The page shows the fits the scheduler plugin has been told about (:mod:`daskabsp.monitor`), the
-last one by default: per round and partition the share of its quota each partition processed
-(harvested ones marked), each worker's speed, each round's duration next to what BSP would
-have waited, the objective against wall time and the harvest latency. It refreshes once a second
-while open, and only redraws when the scheduler's record of the fits has changed.
+The page shows the fits the scheduler plugin has been told about
+(:class:`daskabsp.extension.FitBook`), the last one by default: per round and partition the share
+of its quota each partition processed (harvested ones marked), each worker's speed, each round's
+duration next to what BSP would have waited, the objective against wall time and the harvest
+latency. It refreshes once a second while open, and only redraws when the scheduler's record of the
+fits has changed.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import time
 
 import numpy as np
 
-from .monitor import PAGE, FitBook, FitRecord
+from .extension import PAGE, FitBook, FitRecord
 
 logger = logging.getLogger(__name__)
 

@@ -17,15 +17,15 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import config
-from .answering import silent_of
-from .callbacks import CallbackArg, CallbackList, ProgressBar, as_callbacks
-from .caller import run_sync, seceded
 from .cluster import get_client
+from .engine.caller import run_sync, seceded
 from .engine.link import Link
+from .engine.partitions import Partitions, is_dask, row_chunks
+from .engine.partitions import place as place_rows
 from .engine.placement import Placement
 from .engine.run import FitOptions, FitResult, FitRun, Rows
-from .partitions import Partitions, is_dask, row_chunks
-from .partitions import place as place_rows
+from .extension import silent_of
+from .monitor.callbacks import CallbackArg, CallbackList, ProgressBar, as_callbacks
 from .policies import Policy, as_policy
 from .programs.base import Program
 from .validation import check_data, check_int, check_quota, check_real

@@ -2,7 +2,8 @@
 
 Policies are decisions only; they know nothing of Dask. The driver asks a policy how many
 finished partitions end a round (:meth:`round_quorum`), whether the partial statistics of the
-partitions that were stopped count (:attr:`keep_partial`), and where a partition resumes.
+partitions that were stopped count (:attr:`keep_partial`), and where a partition resumes
+(:func:`advance`: the cursor rule).
 """
 
 from __future__ import annotations
@@ -10,9 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from . import cursors
-
 _CURSORS = ("resume", "restart")
+
+
+def advance(cursor: int, rows: int, n: int) -> int:
+    """The cursor of a partition of ``n`` rows after ``rows`` rows from ``cursor``.
+
+    A partition is scanned cyclically: a round starts at its cursor, takes up to its quota of
+    rows, wrapping from the last row to row 0, and the next round starts where the last one
+    stopped. Rows a straggler did not reach are therefore the first rows of its next round,
+    and every row is visited once per cycle, in order.
+    """
+    return (cursor + rows) % n if n else 0
 
 
 @dataclass(frozen=True)
@@ -75,7 +85,7 @@ class Policy:
             return 0
         if not finished and not self.keep_partial:
             return cursor
-        return cursors.advance(cursor, rows, n)
+        return advance(cursor, rows, n)
 
     def check(self, n_partitions: int) -> None:
         """Raise ``ValueError`` if the policy cannot run over ``n_partitions`` partitions."""

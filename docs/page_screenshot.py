@@ -22,7 +22,7 @@ from selenium.webdriver.chrome.service import Service
 
 import daskabsp
 from daskabsp.cluster import worker_addresses
-from daskabsp.monitor import PAGE
+from daskabsp.extension import PAGE
 
 ROUNDS_SHOWN = 60
 

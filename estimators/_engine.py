@@ -9,9 +9,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 import daskabsp
-from daskabsp import BSP
-from daskabsp.cluster import get_client
-from daskabsp.policies import as_policy
+from daskabsp import BSP, as_policy, get_client
 
 from ._callbacks import CallbackSupportMixin, caller_stacklevel
 from ._inputs import FitInput

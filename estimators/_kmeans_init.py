@@ -25,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.cluster import KMeans as _LocalKMeans
 
-from daskabsp.answering import answering_workers, compute_answering, stuck_keys
+from daskabsp import answering_workers, compute_answering, stuck_keys
 from daskabsp.programs import squared_distances
 
 from ._row_draws import (

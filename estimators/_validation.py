@@ -30,8 +30,7 @@ from sklearn.utils._param_validation import (
     validate_parameter_constraints,
 )
 
-from daskabsp import SYNC_NAMES, Policy
-from daskabsp.policies import as_policy
+from daskabsp import SYNC_NAMES, Policy, as_policy
 
 __all__ = [
     "BOOLEAN",

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daskabsp.coverage import Leftover, Piece, batches, merge, plan
+from daskabsp.engine.coverage import Leftover, Piece, batches, merge, plan
 
 WORKERS = ("a", "b", "c", "d")
 

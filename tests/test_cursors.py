@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daskabsp import ABSP, BSP
-from daskabsp.cursors import advance
+from daskabsp.extension._core import run_partition
+from daskabsp.policies import advance
 from daskabsp.programs import Program
-from daskabsp.runtime import run_partition
 
 
 class RowRecorder(Program):

@@ -21,7 +21,7 @@ import pytest
 from distributed import Client
 
 from daskabsp import LogisticGD, fit, slow_workers
-from daskabsp.monitor import PAGE, FitBook
+from daskabsp.extension._fits import PAGE, FitBook
 
 requires_bokeh = pytest.mark.skipif(importlib.util.find_spec("bokeh") is None,
                                     reason="the page needs bokeh (daskabsp[dashboard])")
@@ -171,7 +171,7 @@ _LOCAL = ("with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_addres
 
 
 def _info(proc: subprocess.CompletedProcess) -> list[str]:
-    return [ln for ln in proc.stderr.splitlines() if ln.startswith("daskabsp.reporting ")]
+    return [ln for ln in proc.stderr.splitlines() if ln.startswith("daskabsp.monitor.reporting ")]
 
 
 @requires_bokeh

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from daskabsp.demo import main
+from daskabsp.lab.demo import main
 
 
 def test_demo_prints_whole_fit_times_for_every_sync_with_and_without_straggler(capsys):

@@ -29,7 +29,7 @@ _SCRIPT = textwrap.dedent("""
     from distributed import Client, LocalCluster
     from daskabsp import ABSP, LogisticGD, fit, slow_workers
     from daskabsp.cluster import worker_addresses
-    from daskabsp.plugins import ensure_plugins
+    from daskabsp.extension import ensure_plugins
 
     if __name__ == "__main__":
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,

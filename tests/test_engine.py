@@ -10,6 +10,7 @@ from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
 
 import daskabsp
+import daskabsp.extension._client
 from daskabsp import ABSP, BSP, LogisticGD, fit, slow_workers
 
 C = 1.0
@@ -347,14 +348,14 @@ def test_driver_signal_fallback_still_harvests(client, big, workers):
     import dask
 
     X, y = big
-    daskabsp.plugins._ready.pop(client.id, None)
+    daskabsp.extension._client._ready.pop(client.id, None)
     try:
         with dask.config.set({"daskabsp.signal": "driver"}), \
                 slow_workers(client, {workers[0]: 8.0}):
             res = fit(LogisticGD(C=C), X, y, sync="absp", max_iter=6, tol=None,
                       n_partitions=4)
     finally:
-        daskabsp.plugins._ready.pop(client.id, None)
+        daskabsp.extension._client._ready.pop(client.id, None)
     h = res.history
     (p,) = straggler_partitions(h, workers[0])
     # the driver's stop takes one more hop: on a very busy machine the 8x straggler may now

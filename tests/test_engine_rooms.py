@@ -11,11 +11,11 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from daskabsp import ABSP, BSP
-from daskabsp.book import PartitionBook, quotas_of
+from daskabsp.engine.book import PartitionBook, quotas_of
 from daskabsp.engine.membership import balance, reassign
 from daskabsp.engine.plan import Outcome, plan_round, settle, spread
-from daskabsp.protocol import RoundId
-from daskabsp.runtime import PartialResult
+from daskabsp.extension._core import PartialResult
+from daskabsp.extension._protocol import RoundId
 
 POLICIES = [BSP(), ABSP(), ABSP.published(), ABSP(helpers=False), ABSP(on_quorum="drop"),
             ABSP(quorum=2), ABSP(cursor="restart", helpers=False)]
@@ -245,7 +245,7 @@ def test_helpers_never_make_a_round_wait_longer_than_its_owners_would(case, need
     on what they left."""
     from types import SimpleNamespace
 
-    from daskabsp import coverage
+    from daskabsp.engine import coverage
     from daskabsp.engine.helpers import HelperPhase
 
     owner, copies, quotas, rows, speed = case

@@ -1,6 +1,6 @@
 """Fits under schedules of faults at moments their own events choose (issue 33).
 
-Each schedule (seeded, :func:`daskabsp.faults.random_schedule`) kills, stops for a while or
+Each schedule (seeded, :func:`daskabsp.lab.faults.random_schedule`) kills, stops for a while or
 slows one or two of four worker processes the moment a round (or an SSP/ASP clock) starts, a
 copy is being made, a helper wave is queued or a partition task finishes, with one worker
 emulated 3x slower throughout (so that copies and helper waves happen). After each fit:
@@ -8,7 +8,7 @@ emulated 3x slower throughout (so that copies and helper waves happen). After ea
 * it returned (a hang is the worst failure a fit can have);
 * it reached scikit-learn's optimum (1e-6 relative; k-means: the same fixed point);
 * its history accounts every row exactly once per cycle (rounds) or every (partition,
-  clock) exactly once (SSP, ASP) (:func:`daskabsp.faults.accounting_errors`);
+  clock) exactly once (SSP, ASP) (:func:`daskabsp.lab.faults.accounting_errors`);
 * none of its tasks is left on the cluster.
 
 This is the short run for CI; ``benchmarks/soak_faults.py`` runs hundreds of schedules.
@@ -30,7 +30,7 @@ from test_estimators import logistic_objective, ridge_objective, svc_objective
 from daskabsp import ABSP, ASP, SSP, slow_workers
 from daskabsp.cluster import worker_addresses
 from daskabsp.estimators import KMeans, LinearSVC, LogisticRegression, Ridge
-from daskabsp.faults import random_schedule, run_with_faults
+from daskabsp.lab.faults import random_schedule, run_with_faults
 
 POLICIES = {"bsp": "bsp", "absp": "absp", "published": ABSP.published(), "ssp3": SSP(3),
             "asp": ASP()}

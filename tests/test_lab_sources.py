@@ -24,9 +24,9 @@ from distributed import Client, LocalCluster
 import daskabsp
 from daskabsp import LogisticGD
 from daskabsp.cluster import fast_malloc
-from daskabsp.datasets import order_rows, skewed_sparse
-from daskabsp.partitions import split_rows
-from daskabsp.stragglers import _NEIGHBOUR, cpu_neighbour, pinned_workers
+from daskabsp.engine.partitions import split_rows
+from daskabsp.lab.datasets import order_rows, skewed_sparse
+from daskabsp.lab.stragglers import _NEIGHBOUR, cpu_neighbour, pinned_workers
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"),
                                 reason="CPU pinning needs os.sched_setaffinity (Linux)")

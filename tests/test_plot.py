@@ -15,7 +15,7 @@ from sklearn.datasets import make_classification
 import daskabsp
 from daskabsp import ABSP, LogisticGD, fit, plot_objectives, slow_workers
 from daskabsp.cluster import worker_addresses
-from daskabsp.history import HistoryRecorder
+from daskabsp.monitor.history import HistoryRecorder
 
 matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")

@@ -10,9 +10,9 @@ import numpy as np
 from distributed import Event
 
 from daskabsp import LogisticGD
-from daskabsp.plugins import ensure_plugins
-from daskabsp.protocol import SignalPath
-from daskabsp.runtime import run_partition
+from daskabsp.extension._client import ensure_plugins
+from daskabsp.extension._core import run_partition
+from daskabsp.extension._protocol import SignalPath
 
 
 def _after_gate(gate, *args, **kwargs):
@@ -182,7 +182,7 @@ def test_a_worker_is_silent_only_after_three_missed_heartbeats(client, workers):
 def _stop_reports(rid: str, keys: list, dask_worker=None) -> list:
     """The idle reports the worker plugin sends for a stop of ``rid`` naming ``keys``
     (captured on the worker's stream, which the call does not yield)."""
-    from daskabsp.protocol import IDLE_OP
+    from daskabsp.extension._protocol import IDLE_OP
 
     sent: list = []
     stream = dask_worker.batched_stream

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daskabsp.coverage import Leftover, plan
-from daskabsp.rates import Rates
+from daskabsp.engine.coverage import Leftover, plan
+from daskabsp.engine.rates import Rates
 
 
 @dataclass

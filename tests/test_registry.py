@@ -8,9 +8,9 @@ from types import SimpleNamespace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daskabsp import liveness
-from daskabsp.protocol import RoundId
-from daskabsp.registry import RoundRegistry
+from daskabsp.extension import _liveness as liveness
+from daskabsp.extension._protocol import RoundId
+from daskabsp.extension._registry import RoundRegistry
 
 EVENTS = ("finished", "erred", "forgotten", "idle", "moved")
 

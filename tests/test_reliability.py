@@ -16,7 +16,7 @@ from sklearn import linear_model as sk_linear
 from sklearn.datasets import make_classification
 
 from daskabsp import fit, slow_workers
-from daskabsp.plugins import PLUGIN_NAME
+from daskabsp.extension._protocol import PLUGIN_NAME
 from daskabsp.programs import LinearNewton
 
 

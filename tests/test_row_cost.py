@@ -16,8 +16,9 @@ from sklearn import svm as sk_svm
 from sklearn.datasets import make_classification, make_regression
 
 import daskabsp
-import daskabsp.datasets
+import daskabsp.lab.datasets
 from daskabsp import ABSP, slow_workers
+from daskabsp.extension._core import run_partition
 from daskabsp.programs import LinearNewton, MultinomialNewton, PartitionStats
 from daskabsp.programs.newton import (
     HESSIAN_ROWS_PER_PARAMETER,
@@ -25,7 +26,6 @@ from daskabsp.programs.newton import (
     NewtonState,
     choose_stride,
 )
-from daskabsp.runtime import run_partition
 
 GAP = 1e-6
 
@@ -219,8 +219,8 @@ def test_sparse_diagonal_sums_share_the_chunks_indices():
     whole matrix and on the runtime's row views, is ``X.multiply(X).T @ D``."""
     import scipy.sparse as sp
 
+    from daskabsp.extension._core import _rows
     from daskabsp.programs.linear import diagonal_sums
-    from daskabsp.runtime import _rows
 
     X = sp.random(1000, 300, density=0.05, format="csr", random_state=0)
     D = np.random.default_rng(0).random((1000, 3))
@@ -266,8 +266,8 @@ def test_multinomial_lbfgs_statistics_in_place(sparse):
     and the Hessian times the probe."""
     import scipy.sparse as sps
 
+    from daskabsp.extension._core import _rows
     from daskabsp.programs.linear import DIAGONAL_STRIDE
-    from daskabsp.runtime import _rows
 
     rng = np.random.default_rng(6)
     n, d, K = 800, 30, 4
@@ -344,7 +344,7 @@ def test_lbfgs_steps_from_partial_rounds_never_diverge(seed):
     penalty's, and a trust radius in the model's own norm then allowed steps of any length
     (objective 1e14-1e32 on these seeds before the fix). Steps are now measured in the first
     round's Hessian diagonal: a bad step is bounded, and taken back once judged."""
-    X, y = daskabsp.datasets.text_like(5_000, 2_500, 40, seed=0)
+    X, y = daskabsp.lab.datasets.text_like(5_000, 2_500, 40, seed=0)
     y = y.astype(float)
     prog = LinearNewton(loss="logistic", l2=1.0 / len(y), max_hessian=1024)
     start = prog.full_objective(prog.init(X.shape[1], len(y)), X, y)

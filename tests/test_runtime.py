@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daskabsp import LogisticGD
-from daskabsp.runtime import _rows, run_partition
+from daskabsp.extension._core import _rows, run_partition
 
 
 @settings(max_examples=100, deadline=None)
@@ -33,7 +33,7 @@ def _scan_after_stop(grace_rows: int, rid: str):
     started."""
     from distributed import get_worker
 
-    from daskabsp.plugins import stop_on_worker
+    from daskabsp.extension._worker_plugin import stop_on_worker
 
     stop_on_worker([rid], dask_worker=get_worker())
     X = np.ones((1000, 3))
@@ -45,7 +45,7 @@ def test_a_stopped_task_within_its_grace_finishes_its_quota(client):
     """Nothing is stopped that would finish within its grace: a task told to stop with at
     most ``grace_rows`` left finishes (a round without a straggler counts every row); one
     with more left stops at its next chunk."""
-    from daskabsp.plugins import ensure_plugins
+    from daskabsp.extension._client import ensure_plugins
 
     client.sync(ensure_plugins, client)  # the workers' stop flags
     ok = client.submit(_scan_after_stop, 1000, "grace-test:0", pure=False).result()

@@ -8,7 +8,7 @@ import numpy as np
 
 from daskabsp import LogisticGD
 from daskabsp.engine.link import Link, ScanTask
-from daskabsp.protocol import RoundId
+from daskabsp.extension._protocol import RoundId
 
 
 async def _one_round(client, workers):

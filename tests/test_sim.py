@@ -1,4 +1,4 @@
-"""The simulator's bookkeeping (daskabsp.sim): every row counted at most once per round and
+"""The simulator's bookkeeping (daskabsp.lab.sim): every row counted at most once per round and
 exactly once per cycle, time that only moves forward, SSP's staleness bound; and a
 1 000-worker simulation that completes."""
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daskabsp import ABSP, BSP
-from daskabsp.sim import (
+from daskabsp.lab.sim import (
     SSP,
     Cluster,
     Costs,

@@ -2,7 +2,7 @@
 exact objectives, and figure output.
 
 The cluster is sized to the machine: one worker process per core, one thread each, every
-worker pinned to its own core (:func:`daskabsp.stragglers.pinned_workers`), so a CPU neighbour
+worker pinned to its own core (:func:`daskabsp.lab.stragglers.pinned_workers`), so a CPU neighbour
 on one core slows one worker only, and an idle core is not there to hide a straggler. The
 straggler is always the worker holding partition 0 (the first worker in address order, where
 the engine places partition 0 of in-memory input).
@@ -30,9 +30,9 @@ from distributed import Client, LocalCluster  # noqa: E402
 import daskabsp  # noqa: E402
 from daskabsp import ABSP, BSP  # noqa: E402
 from daskabsp.cluster import fast_malloc, worker_addresses  # noqa: E402
-from daskabsp.datasets import order_rows, skewed_sparse  # noqa: E402
+from daskabsp.lab.datasets import order_rows, skewed_sparse  # noqa: E402
+from daskabsp.lab.stragglers import cpu_neighbour, pinned_workers, slow_workers  # noqa: E402
 from daskabsp.programs.kmeans import squared_distances  # noqa: E402
-from daskabsp.stragglers import cpu_neighbour, pinned_workers, slow_workers  # noqa: E402
 
 __all__ = ["ABSP", "BSP", "RESULTS", "load_note", "parse_args", "spread", "summary", "table",
            "write_json"]

@@ -2,7 +2,7 @@
 quorum 1, 2, n/2, n; and the chunk target against harvest latency and scan throughput.
 
 Dense logistic regression (``LogisticGD``, 20 features, fixed rounds) on rows sorted by label
-within each partition (``daskabsp.datasets.order_rows``), 4 partitions per worker on the pinned
+within each partition (``daskabsp.lab.datasets.order_rows``), 4 partitions per worker on the pinned
 lab cluster (so quorum 1, 2, n/2 and n differ), a CPU neighbour on worker 0's core. Every A-BSP
 variant runs with ``helpers=False``, so each ablation isolates one mechanism of A-BSP as published:
 

@@ -44,8 +44,8 @@ from _lab import (
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import shuffle
 
-from daskabsp.datasets import order_rows
 from daskabsp.estimators import LogisticRegression
+from daskabsp.lab.datasets import order_rows
 
 PAIRS = {  # source: (straggler with, straggler without, data with, data without)
     "emulated": ("emulated", "none", "dense", "dense"),

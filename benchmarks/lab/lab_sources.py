@@ -33,9 +33,9 @@ from _lab import (
 )
 from _lab import workers as lab_workers
 
-from daskabsp.datasets import skewed_sparse
+from daskabsp.lab.datasets import skewed_sparse
+from daskabsp.lab.stragglers import cpu_neighbour
 from daskabsp.programs import LloydKMeans, LogisticGD
-from daskabsp.stragglers import cpu_neighbour
 
 
 def add_options(p) -> None:

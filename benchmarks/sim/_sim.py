@@ -6,7 +6,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from daskabsp.sim import Costs
+from daskabsp.lab.sim import Costs
 
 HERE = Path(__file__).resolve().parent
 

@@ -1,4 +1,4 @@
-"""Measure the simulator's cost model (``daskabsp.sim.Costs``) on this machine.
+"""Measure the simulator's cost model (``daskabsp.lab.sim.Costs``) on this machine.
 
 On one LocalCluster of ``--workers`` single-threaded worker processes, with ``--partitions``
 tiny partitions (one row chunk each, pinned round-robin to the workers), modes interleaved in
@@ -56,8 +56,8 @@ from distributed import futures_of, wait
 
 import daskabsp
 from daskabsp import ABSP
-from daskabsp.runtime import run_partition
-from daskabsp.sim import Cluster, Costs, simulate
+from daskabsp.extension._core import run_partition
+from daskabsp.lab.sim import Cluster, Costs, simulate
 
 MODES = ("plain", "bsp", "absp-paper")
 
@@ -111,7 +111,7 @@ def scan_costs(client, args) -> dict:
     """Seconds per row of a LogisticGD partition scan in a worker process, how much more a
     row costs when the machine's cores are oversubscribed, and one update's seconds.
 
-    The scan is :func:`~daskabsp.runtime.run_partition` as the engine runs it (in a worker
+    The scan is :func:`~daskabsp.extension.run_partition` as the engine runs it (in a worker
     process, its chunk size calibrated from a probe chunk) on partitions of ``--scan-rows``
     rows (the size validate.py fits: a scan of a partition far larger than the caches costs
     more per row than one of a partition that fits), at the parameters of a short fit.

@@ -6,7 +6,7 @@ a core of its own (the driver shares it, as in a LocalCluster): no oversubscript
 ``row_contention`` (the extra cost of a row on the validation machine's shared cores) does not
 apply, and a row costs the ``row_seconds`` of a scan with a core to itself. One partition per
 worker, sized so that a scan at speed 1 takes ``--task-seconds``. Straggler distributions
-(``daskabsp.sim``): none; a persistent slow fraction (5% of the workers 4x slower
+(``daskabsp.lab.sim``): none; a persistent slow fraction (5% of the workers 4x slower
 throughout); transient slowdowns (each worker 4x slower in a round with probability 5%); a
 heavy tail (each worker's slowdown
 each round Pareto with shape 3: the slowest of n about n^(1/3) times slower). Modes: plain Dask
@@ -39,15 +39,7 @@ from _common import RESULTS, load_note, parse_args, table, write_json
 from _sim import load_costs
 
 from daskabsp import ABSP, BSP
-from daskabsp.sim import (
-    SSP,
-    Cluster,
-    HeavyTail,
-    Persistent,
-    Stragglers,
-    Transient,
-    simulate,
-)
+from daskabsp.lab.sim import SSP, Cluster, HeavyTail, Persistent, Stragglers, Transient, simulate
 
 MODES = {"plain": ("plain", {}), "bsp": (BSP(), {}), "absp": (ABSP(), {}),
          "absp-spread": (ABSP(), {"spread_copies": True}), "absp-paper": (ABSP.published(), {}),

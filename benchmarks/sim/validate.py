@@ -8,7 +8,7 @@ published alternate in ``--blocks`` blocks of ``--rounds`` rounds (plus round 0,
 calibrates chunk sizes). Measured: each round's time (``history.wall_time`` differences) and
 the fit time of ``--epochs`` passes over the data at the rate the rounds after round 0 counted
 rows (their time over the epochs they counted: what a fit that needs that many passes takes).
-Predicted: the same fits in ``daskabsp.sim`` with the costs ``calibrate.py`` measured on this
+Predicted: the same fits in ``daskabsp.lab.sim`` with the costs ``calibrate.py`` measured on this
 machine (``costs.json``) except the row cost, which drifts between runs on this shared machine
 and is measured again on each cluster before its fits, as calibrate.py measures it (one
 in-worker scan of a partition at a time, at the parameters of a short fit; the predictions with
@@ -46,7 +46,7 @@ from calibrate import fit_params, row_seconds
 
 import daskabsp
 from daskabsp import ABSP, BSP
-from daskabsp.sim import Cluster, Fixed, simulate
+from daskabsp.lab.sim import Cluster, Fixed, simulate
 
 POLICIES = {"bsp": BSP(), "absp": ABSP(), "absp-paper": ABSP.published()}
 TARGET = 0.20

@@ -1,7 +1,7 @@
 """The loop of the policies without global rounds: SSP and ASP.
 
 The fitting process is the parameter server. Each partition's task
-(:func:`~daskabsp.runtime.run_partition`, its whole partition, never stopped) runs at the
+(:func:`~daskabsp.extension.run_partition`, its whole partition, never stopped) runs at the
 parameters of the newest version when it was submitted. Results are taken as they complete
 (``distributed.as_completed``, to which each new task is added): the update is applied at
 once (:meth:`~daskabsp.programs.Program.partition_update`), recorded
@@ -29,9 +29,8 @@ from distributed.client import FutureCancelledError
 from distributed.scheduler import KilledWorker
 
 from .. import config
+from ..extension import PartialResult, RoundId
 from ..programs.base import PartitionStats
-from ..protocol import RoundId
-from ..runtime import PartialResult
 from .clocks import ClockBook, Lease, Update
 from .link import ScanTask
 from .membership import Membership, balance

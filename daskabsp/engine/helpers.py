@@ -1,11 +1,11 @@
 """The helper phase of an A-BSP round: the rows stopped partitions left, scanned elsewhere.
 
 Once a round is stopped, what each stopped partition left of its quota is split (by
-:func:`daskabsp.coverage.plan`) among the workers holding a copy of it, in proportion to the
+:func:`daskabsp.engine.coverage.plan`) among the workers holding a copy of it, in proportion to the
 speed each showed, and scanned there in the same round; the pieces are merged with the
-partitions' own scans (:func:`daskabsp.coverage.merge`), so every row counts at most once.
+partitions' own scans (:func:`daskabsp.engine.coverage.merge`), so every row counts at most once.
 Copies are made in the background once the time a partition's owner alone spends on what it
-left has paid for them (:meth:`daskabsp.rates.Rates.charge`).
+left has paid for them (:meth:`daskabsp.engine.rates.Rates.charge`).
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import config, coverage
-from ..book import PartitionBook
-from ..protocol import RoundId
-from ..rates import Rates
-from ..runtime import PartialResult
+from .. import config
+from ..extension import PartialResult, RoundId
+from . import coverage
+from .book import PartitionBook
 from .link import Link, idle_result
 from .placement import Placement
 from .plan import Outcome
+from .rates import Rates
 
 logger = logging.getLogger(__name__)
 

@@ -28,19 +28,25 @@ from dask.utils import apply
 from distributed import Future, as_completed
 
 from .. import config
-from ..answering import gather_answering, silent_of, stuck_of
-from ..partitions import check_finite_block, wait_all
-from ..plugins import ensure_plugins, stop_on_worker
-from ..protocol import (
+from ..extension import (
     FORGET_HANDLER,
     ROUND_INFO_HANDLER,
     SETTLED_HANDLER,
     STOP_ROUNDS_HANDLER,
+    PartialResult,
     RoundId,
     SettledReply,
     SignalPath,
+    check_finite_block,
+    ensure_plugins,
+    gather_answering,
+    run_partition,
+    run_pieces,
+    silent_of,
+    stop_on_worker,
+    stuck_of,
+    wait_all,
 )
-from ..runtime import PartialResult, run_partition, run_pieces
 from .journal import Journal
 
 logger = logging.getLogger(__name__)
@@ -103,7 +109,7 @@ class Collected:
 
 @dataclass(frozen=True, slots=True)
 class ScanTask:
-    """One partition's own task of a round (see :func:`~daskabsp.runtime.run_partition`).
+    """One partition's own task of a round (see :func:`~daskabsp.extension.run_partition`).
 
     Attributes
     ----------
@@ -299,7 +305,7 @@ class Link:
     def submit_pieces(self, rid: RoundId, params, batches: list[tuple[str, list]],
                       chunk_target: float) -> list[Future]:
         """One task per ``(worker, pieces)`` batch, scanning each piece's rows in turn
-        (:func:`~daskabsp.runtime.run_pieces`); the round is never stopped."""
+        (:func:`~daskabsp.extension.run_pieces`); the round is never stopped."""
         prefix = rid.key_prefix(self.program.name)
         self._submitted[str(rid)] = time.perf_counter()
         with self._annotated(rid, 0):
@@ -344,7 +350,7 @@ class Link:
     async def gather(self, futs: list[Future]) -> list:
         """``client.gather(futs)``, entered once they are all done (a gather cancelled while
         it waits leaves distributed's waiters behind, which raise when the futures are
-        released; :func:`~daskabsp.partitions.wait_all`'s end quietly)."""
+        released; :func:`~daskabsp.engine.partitions.wait_all`'s end quietly)."""
         await wait_all(self.client, futs)
         return await self.client.gather(futs)
 

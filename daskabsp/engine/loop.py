@@ -18,9 +18,8 @@ from distributed.client import FutureCancelledError
 from distributed.scheduler import KilledWorker
 
 from .. import config
-from ..book import PartitionBook, quotas_of
-from ..protocol import RoundId
-from ..runtime import PartialResult
+from ..extension import PartialResult, RoundId
+from .book import PartitionBook, quotas_of
 from .helpers import Helped, HelperPhase
 from .link import ScanTask
 from .membership import Membership

@@ -1,10 +1,10 @@
 """Watching a fit: one record per round (or, under SSP and ASP, per update), built once, fanned
 out to whoever watches.
 
-Three watchers see each round: the fit history (:class:`daskabsp.history.HistoryRecorder`),
-the dashboard page (:class:`daskabsp.reporting.FitReporter`) and the callbacks
+Three watchers see each round: the fit history (:class:`daskabsp.monitor.history.HistoryRecorder`),
+the dashboard page (:class:`daskabsp.monitor.reporting.FitReporter`) and the callbacks
 (:class:`daskabsp.RoundCallback`, called where the caller of the fit can see them, see
-:mod:`daskabsp.caller`). :class:`Observers` also keeps the fit's clock, from which the time
+:mod:`daskabsp.engine.caller`). :class:`Observers` also keeps the fit's clock, from which the time
 spent in callbacks is left out.
 """
 
@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from ..callbacks import CallbackList, FitInfo, RoundInfo
-from ..caller import Call
-from ..history import HistoryRecorder, UpdateRecorder
-from ..reporting import FitReporter
-from ..runtime import PartialResult
+from ..extension import PartialResult
+from ..monitor.callbacks import CallbackList, FitInfo, RoundInfo
+from ..monitor.history import HistoryRecorder, UpdateRecorder
+from ..monitor.reporting import FitReporter
+from .caller import Call
 from .clocks import Update
 from .plan import Outcome, Settlement
 

@@ -18,19 +18,18 @@ from dask.sizeof import sizeof
 from distributed import Future, futures_of
 
 from .. import config
-from ..partitions import (
+from ..extension import check_finite_block, wait_all
+from .link import Link
+from .partitions import (
     Partitions,
     as_dask,
-    check_finite_block,
     copy_on,
     is_dask,
     move,
     nbytes_by_worker,
     place,
     scatter_partition,
-    wait_all,
 )
-from .link import Link
 
 logger = logging.getLogger(__name__)
 
@@ -68,8 +67,8 @@ class Placement:
     @classmethod
     async def place(cls, link: Link, X, y, sample_weight, chunks: tuple[int, ...],
                     source: tuple | None) -> Placement:
-        """Place the rows as ``chunks`` row partitions (see :func:`daskabsp.partitions.place`:
-        dask input persisted with its lineage, in-memory rows scattered straight to the
+        """Place the rows as ``chunks`` row partitions (see :func:`.partitions.place`: dask
+        input persisted with its lineage, in-memory rows scattered straight to the
         workers, around workers that stop answering)."""
         t0 = time.perf_counter()
         parts = await place(link.client, X, y, sample_weight, chunks, silent=link.silent,

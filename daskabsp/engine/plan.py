@@ -127,7 +127,7 @@ class Outcome:
     @classmethod
     def own(cls, result: Any) -> Outcome:
         """The outcome of a partition scanned by its own task alone (a
-        :class:`~daskabsp.runtime.PartialResult`)."""
+        :class:`~daskabsp.extension.PartialResult`)."""
         return cls(result.rows, result.stats, result.stats_before_wrap, result.stopped,
                    result.rows, result.worker)
 

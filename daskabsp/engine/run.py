@@ -11,15 +11,15 @@ import numpy as np
 import xarray as xr
 
 from .. import config
-from ..callbacks import CallbackList, FitInfo
-from ..partitions import is_dask, row_chunks
+from ..monitor.callbacks import CallbackList, FitInfo
+from ..monitor.reporting import open_reporter
 from ..policies import Policy
 from ..programs.base import Program
-from ..reporting import open_reporter
 from .clock_loop import ClockLoop
 from .link import Link
 from .loop import RoundLoop
 from .observe import Observers
+from .partitions import is_dask, row_chunks
 from .placement import Placement
 
 

@@ -1,12 +1,12 @@
-"""The harvest signal path: a scheduler plugin that ends rounds, a worker plugin with the flags.
+"""The scheduler side of the harvest signal: a plugin that ends rounds.
 
 The scheduler plugin learns each round's tasks from their ``daskabsp`` annotation. When the
 quorum-th task of a round goes ``processing -> memory`` it sends ``daskabsp-stop`` to the workers
 running the round's other tasks, over the scheduler's batched stream (no driver round trip). A
 task of a stopped round that starts later (re-run after a worker died, stolen, queued) gets the
 stop re-sent to its worker (a stolen one, to the worker that stole it). On the workers, the
-stop sets a ``threading.Event`` per round, which partition tasks check between chunks. Dask's
-``cancel`` is never used for this: it cannot stop a running task.
+stop sets a ``threading.Event`` per round (:mod:`._worker_plugin`), which partition tasks check
+between chunks. Dask's ``cancel`` is never used for this: it cannot stop a running task.
 
 The stop names the round's tasks on that worker; the worker answers with those still queued
 there (``daskabsp-idle``), if any. Such a task can compute nothing: the flag is set before it
@@ -19,141 +19,48 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
-import warnings
-from collections import OrderedDict
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 from distributed.protocol.pickle import dumps
 
-from . import config, liveness
-from .monitor import FitBook, page_status
-from .protocol import (
+from . import _liveness as liveness
+from ._fits import FitBook, page_status
+from ._protocol import (
     ANNOTATION,
     FORGET_HANDLER,
     FORGET_OP,
     IDLE_OP,
     PAGE_STATUS_HANDLER,
+    PLUGIN_NAME,
     REPORT_HANDLER,
     ROUND_INFO_HANDLER,
     SETTLED_HANDLER,
     SILENT_HANDLER,
-    STOP_HANDLER,
     STOP_OP,
     STOP_ROUNDS_HANDLER,
     STUCK_HANDLER,
     PageStatus,
     RoundTimes,
     SettledReply,
-    SignalPath,
 )
-from .registry import Round, RoundRegistry
-from .runtime import EXTENSION
+from ._registry import Round, RoundRegistry
+from ._worker_plugin import AbspWorkerPlugin
 
 logger = logging.getLogger(__name__)
-
-PLUGIN_NAME = "daskabsp"
-
-#: Worker task states of a task that has not started: queued for a thread, or for its inputs.
-QUEUED = frozenset({"waiting", "ready", "constrained"})
-
-
-class AbspWorkerPlugin(WorkerPlugin):
-    """Keeps the per-round stop flags of one worker and sets them when told to stop.
-
-    Registered as ``worker.extensions["daskabsp"]``; its handlers are the batched-stream op
-    ``daskabsp-stop`` (used by the scheduler plugin) and the RPC ``daskabsp_stop``.
-    """
-
-    name = PLUGIN_NAME
-    idempotent = True
-
-    def setup(self, worker) -> None:
-        self._worker = worker
-        self._held: dict[Any, tuple[dict, set]] = {}  # executing key -> idle report it holds
-        self._lock = threading.Lock()
-        self._flags: OrderedDict[str, threading.Event] = OrderedDict()
-        self._max = int(config.get("max-rounds-per-worker"))
-        worker.stream_handlers[STOP_OP] = self.stop
-        worker.stream_handlers[FORGET_OP] = self.forget
-        worker.handlers[STOP_HANDLER] = self._stop_rpc
-        worker.extensions[EXTENSION] = self
-
-    def flag(self, round_id: str) -> threading.Event:
-        """The stop flag of ``round_id`` (created unset on first use)."""
-        with self._lock:
-            ev = self._flags.get(round_id)
-            if ev is None:
-                ev = self._flags[round_id] = threading.Event()
-                if len(self._flags) > self._max:
-                    self._flags.popitem(last=False)
-            return ev
-
-    def stop(self, rounds=(), keys=(), **kwargs: Any) -> None:
-        """Set the stop flags of ``rounds``; report which of ``keys`` are queued here.
-
-        Runs on the worker's event loop, where tasks also become ``executing``: a task that is
-        queued now starts after its flag is set, so it will return without a row. Keys that
-        have finished (their results are ahead of any report on this worker's stream) or
-        that are executing are not reported; a worker with nothing queued sends nothing.
-        """
-        for rid in rounds:
-            self.flag(rid).set()
-        state = getattr(self._worker, "state", None)
-        if not (keys and rounds) or state is None:
-            return
-        tasks = state.tasks
-        idle = [k for k in keys if k in tasks and tasks[k].state in QUEUED]
-        if not idle:
-            return
-        running = {ts.key for ts in state.executing} | {ts.key for ts in state.long_running}
-        busy = {k for k in keys if k in running}
-        report = {"op": IDLE_OP, "round": rounds[0], "keys": idle,
-                  # every thread held by other work: the round's tasks here wait for it
-                  "occupied": not busy and len(running) >= state.nthreads}
-        if busy:
-            # The round cannot settle before these return: send the report with their
-            # results (one write) rather than just before them, which would hold the
-            # results back by the batched stream's interval.
-            held = (report, busy)
-            for k in busy:
-                self._held[k] = held
-        else:
-            self._worker.batched_stream.send(report)
-
-    def forget(self, fit: str = "", **kwargs: Any) -> None:
-        """Drop the stop flags of the rounds of ``fit`` (it has ended)."""
-        prefix = f"{fit}:"
-        with self._lock:
-            for rid in [r for r in self._flags if r.startswith(prefix)]:
-                del self._flags[rid]
-
-    def transition(self, key, start, finish, **kwargs: Any) -> None:
-        if self._held and start == "executing":
-            held = self._held.pop(key, None)
-            if held is not None:
-                report, busy = held
-                busy.discard(key)
-                if not busy:
-                    self._worker.batched_stream.send(report)
-
-    async def _stop_rpc(self, rounds=(), **kwargs: Any) -> None:
-        self.stop(rounds)
 
 
 class AbspSchedulerPlugin(SchedulerPlugin):
     """Ends each A-BSP round on the scheduler as soon as its quorum of tasks has finished.
 
-    A thin adapter: the rounds' bookkeeping is a :class:`~daskabsp.registry.RoundRegistry`
-    (fed from ``update_graph``, ``transition``, the workers' idle reports), who is silent
-    comes from :mod:`daskabsp.liveness`; this class sends the stops and answers the
-    fitting process. Rounds are recognised by the annotation ``daskabsp={"fit": ...,
-    "round": ..., "quorum": k}`` on their tasks; transitions of keys that belong to no round
-    cost one dict lookup.
+    A thin adapter: the rounds' bookkeeping is a :class:`~._registry.RoundRegistry` (fed from
+    ``update_graph``, ``transition``, the workers' idle reports), who is silent comes from
+    :mod:`._liveness`; this class sends the stops and answers the fitting process. Rounds are
+    recognised by the annotation ``daskabsp={"fit": ..., "round": ..., "quorum": k}`` on their
+    tasks; transitions of keys that belong to no round cost one dict lookup.
 
-    Client-callable handlers (names in :mod:`daskabsp.protocol`): ``daskabsp_round_info(fit)``
+    Client-callable handlers (names in :mod:`daskabsp.extension`): ``daskabsp_round_info(fit)``
     returns the timing log of a fit's rounds, ``daskabsp_settled(round)`` waits until a
     round has settled, ``daskabsp_silent(workers, seconds)`` and ``daskabsp_stuck(keys,
     seconds)`` name what waits on silent workers, ``daskabsp_fit_report(fit, events)`` takes
@@ -309,7 +216,7 @@ class AbspSchedulerPlugin(SchedulerPlugin):
 
     async def settled(self, round: str, timeout: float = 10.0,
                       unresponsive: float | None = None) -> SettledReply | None:
-        """Wait until ``round`` has settled (see :class:`~daskabsp.protocol.SettledReply`).
+        """Wait until ``round`` has settled (see :class:`~daskabsp.extension.SettledReply`).
 
         With ``unresponsive`` (seconds), give up on the round's open tasks once every one
         of them is on a worker not heard from for that long (a frozen or cut-off worker: its
@@ -352,7 +259,7 @@ class AbspSchedulerPlugin(SchedulerPlugin):
                               seconds)
 
     def _given_up(self, r: Round, seconds: float) -> list:
-        """The open tasks of ``r`` to give up on (see :func:`daskabsp.liveness.given_up`)."""
+        """The open tasks of ``r`` to give up on (see :func:`._liveness.given_up`)."""
         tasks, present = self.scheduler.tasks, self.scheduler.workers
         stuck = liveness.waiting_on((tasks[k] for k in r.open if k in tasks),
                                     self._quiet(seconds), present)
@@ -360,14 +267,14 @@ class AbspSchedulerPlugin(SchedulerPlugin):
 
     def silent(self, workers=(), seconds: float = 3.0) -> list[str]:
         """Those of ``workers`` still in the cluster and not heard from for ``seconds`` (see
-        :class:`daskabsp.liveness.Quiet`)."""
+        :class:`daskabsp.extension._liveness.Quiet`)."""
         known, quiet = self.scheduler.workers, self._quiet(seconds)
         return [w for w in workers if w in known and known[w] in quiet]
 
     def stuck(self, keys=(), seconds: float = 3.0) -> list:
         """``[(key, worker), ...]`` for those of ``keys`` that wait on workers not heard from
         for ``seconds``, or on workers that have left (see
-        :func:`daskabsp.liveness.waiting_on`)."""
+        :func:`daskabsp.extension._liveness.waiting_on`)."""
         tasks = self.scheduler.tasks
         found = liveness.waiting_on((tasks[k] for k in keys if k in tasks),
                                     self._quiet(seconds), self.scheduler.workers)
@@ -379,7 +286,7 @@ class AbspSchedulerPlugin(SchedulerPlugin):
 
     def page_status(self) -> PageStatus:
         """Whether this scheduler serves the daskabsp dashboard page, see
-        :func:`daskabsp.monitor.page_status`."""
+        :func:`daskabsp.extension.page_status`."""
         return page_status(self.scheduler)
 
     def forget_fit(self, fit: str) -> None:
@@ -427,46 +334,3 @@ def install_worker_plugin(scheduler, plugin: WorkerPlugin, spawn) -> set[str]:
     return waiting
 
 
-def stop_on_worker(rounds: list[str], dask_worker=None) -> None:
-    """Set the stop flags of ``rounds`` on this worker (for ``Client.run``)."""
-    ext = dask_worker.extensions.get(EXTENSION) if dask_worker is not None else None
-    if ext is not None:
-        ext.stop(rounds)
-
-
-_ready: dict[str, SignalPath] = {}  # client id -> how stops are sent (see ensure_plugins)
-_warned_fallback = False
-
-
-async def ensure_plugins(client) -> SignalPath:
-    """Register the daskabsp plugins on ``client``'s cluster (once per client).
-
-    Returns how stops are sent: :attr:`SignalPath.SCHEDULER` (the scheduler plugin),
-    :attr:`SignalPath.DRIVER` (the ``daskabsp.signal`` config asks for it) or
-    :attr:`SignalPath.OPAQUE` (the scheduler plugin could not be installed, e.g. daskabsp is
-    missing on the scheduler: the driver sends the stops and submits tasks whose functions
-    the scheduler need not import).
-    """
-    global _warned_fallback
-    if client.id in _ready:
-        return _ready[client.id]
-    path = SignalPath.DRIVER
-    if config.get("signal") == "scheduler":
-        try:  # the scheduler plugin installs the worker plugin itself
-            await client.register_plugin(AbspSchedulerPlugin())
-            path = SignalPath.SCHEDULER
-        except Exception as e:
-            path = SignalPath.OPAQUE
-            if not _warned_fallback:
-                _warned_fallback = True
-                warnings.warn(
-                    "daskabsp could not install its scheduler plugin (is daskabsp installed "
-                    f"on the scheduler?): {e!r}. The fitting process will send the stops "
-                    "itself, which adds a round trip to each harvest.",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-    if path is not SignalPath.SCHEDULER:
-        await client.register_plugin(AbspWorkerPlugin())
-    _ready[client.id] = path
-    return path

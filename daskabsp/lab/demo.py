@@ -14,11 +14,11 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from .cluster import fast_malloc, worker_addresses
-from .fitting import fit
-from .policies import ABSP, BSP
-from .programs import LinearNewton, LogisticGD
-from .programs.newton import hessian_limit
+from ..cluster import fast_malloc, worker_addresses
+from ..fitting import fit
+from ..policies import ABSP, BSP
+from ..programs import LinearNewton, LogisticGD
+from ..programs.newton import hessian_limit
 from .stragglers import slow_workers
 
 

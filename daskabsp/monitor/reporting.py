@@ -1,6 +1,6 @@
 """The driver's side of the dashboard page: report each fit to the scheduler plugin.
 
-A fit sends three kinds of report (:class:`daskabsp.monitor.FitBook` keeps them): ``start``,
+A fit sends three kinds of report (:class:`daskabsp.extension.FitBook` keeps them): ``start``,
 one ``round`` per round with the numbers the driver holds after the round anyway (rows, quota,
 compute seconds, harvested flags and worker per partition, the objective) and ``end``. Nothing
 is added to the partition tasks. Reports go out in order through one sender task per fit, which
@@ -18,8 +18,7 @@ import contextlib
 import logging
 from typing import Any
 
-from .monitor import PAGE
-from .protocol import PAGE_STATUS_HANDLER, REPORT_HANDLER
+from ..extension import PAGE, PAGE_STATUS_HANDLER, REPORT_HANDLER
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +70,7 @@ async def open_reporter(client, fit: str, scheduler_plugin: bool) -> FitReporter
     fit : str
         The fit's id.
     scheduler_plugin : bool
-        Whether daskabsp's scheduler plugin runs (see :func:`daskabsp.plugins.ensure_plugins`):
+        Whether daskabsp's scheduler plugin runs (see :func:`daskabsp.extension.ensure_plugins`):
         the page's data come from it.
     """
     if not scheduler_plugin:

@@ -5,7 +5,7 @@ is *forgotten* or is *reported idle* by its worker (it was still queued when the
 arrived: it computes nothing). The round is *settled* when none of its tasks is still open,
 and *stopped* once, when its quorum of tasks has finished. :class:`RoundRegistry` keeps that
 bookkeeping and says what to do (stop a round, tell waiters it settled); the plugin
-(:mod:`daskabsp.plugins`) does it.
+(:mod:`daskabsp.extension`) does it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from .protocol import RoundId, RoundTimes
+from ._protocol import RoundId, RoundTimes
 
 
 @dataclass

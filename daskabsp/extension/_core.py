@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from . import config
+from .. import config
 
 #: Worker extension names.
 EXTENSION = "daskabsp"
@@ -257,3 +257,9 @@ def run_pieces(program, params, pieces, *, round_id: str,
     return [run_partition(program, params, X, y, sw, round_id=round_id, cursor=cursor,
                           quota=quota, chunk_rows=chunk_rows, chunk_target=chunk_target)
             for X, y, sw, cursor, quota, chunk_rows in pieces]
+
+
+def check_finite_block(block) -> np.ndarray:
+    """Whether a dense or sparse block holds only finite values (a 1-element array)."""
+    data = block.data if sp.issparse(block) else block
+    return np.array([bool(np.isfinite(data).all())])

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from . import cursors
-from .runtime import PartialResult
+from ..extension import PartialResult
+from ..policies import advance
 
 
 @dataclass
@@ -55,7 +55,7 @@ class PartitionBook:
 
     def leftover_start(self, p: int, rows: int) -> int:
         """The row after the first ``rows`` rows of partition ``p``'s scan this round."""
-        return cursors.advance(self.cursor[p], rows, self.sizes[p])
+        return advance(self.cursor[p], rows, self.sizes[p])
 
     def record(self, next_cursor: Sequence[int], counted: Sequence[bool],
                owned: Sequence[PartialResult], *, probe_rows: int,

@@ -11,6 +11,8 @@ import enum
 from dataclasses import dataclass, replace
 from typing import TypedDict
 
+#: The name of the scheduler plugin, of the worker plugin, and of the worker's extension.
+PLUGIN_NAME = "daskabsp"
 #: The annotation naming a task's round:
 #: ``{"fit", "round", "attempt", "phase", "quorum", "unit"}``.
 ANNOTATION = "daskabsp"
@@ -35,7 +37,7 @@ PAGE_STATUS_HANDLER = "daskabsp_page_status"
 
 class SignalPath(enum.Enum):
     """How a fit's stops reach the workers (chosen once per client, see
-    :func:`daskabsp.plugins.ensure_plugins`)."""
+    :func:`daskabsp.extension.ensure_plugins`)."""
 
     #: The scheduler plugin stops a round when its quorum has finished.
     SCHEDULER = "scheduler"

@@ -3,13 +3,13 @@
 What it answers: how long a round takes, how many rows it counts and how much of it is
 coordination, for BSP, A-BSP (the default and as published) and SSP/ASP, on clusters larger than
 any one machine can run, under straggler distributions from the literature. The costs come from
-measurements on a real cluster (:class:`Costs`; ``benchmarks/sim/calibrate.py`` measures them),
-and the decisions are the engine's own: a round's plan and settlement are
+measurements on a real cluster (:class:`Costs`; ``benchmarks/sim/calibrate.py`` measures them), and
+the decisions are the engine's own: a round's plan and settlement are
 :func:`daskabsp.engine.plan.plan_round` and :func:`~daskabsp.engine.plan.settle` under the real
 :class:`~daskabsp.ABSP` and :class:`~daskabsp.BSP` policies, helpers are planned by
-:func:`daskabsp.coverage.plan` from :class:`daskabsp.rates.Rates`, cursors and chunk sizes are
-kept by :class:`daskabsp.book.PartitionBook`. SSP and ASP (:class:`SSP`) follow their
-documented semantics (a partition runs at most ``staleness`` clocks ahead of the slowest;
+:func:`daskabsp.engine.coverage.plan` from :class:`daskabsp.engine.rates.Rates`, cursors and chunk
+sizes are kept by :class:`daskabsp.engine.book.PartitionBook`. SSP and ASP (:class:`SSP`) follow
+their documented semantics (a partition runs at most ``staleness`` clocks ahead of the slowest;
 updates are applied as they arrive), not an engine implementation.
 
 The model (see ``docs/scale.md`` for its assumptions):
@@ -24,7 +24,7 @@ The model (see ``docs/scale.md`` for its assumptions):
   ``row_contention`` times more per row);
 - a worker runs ``threads`` tasks at a time, each paying ``worker_task`` and then scanning rows
   at ``row_seconds`` per row times its slowdown, in chunks of ``chunk_target`` seconds, and
-  checking its round's stop flag before every chunk, as :func:`daskabsp.runtime.run_partition`;
+  checking its round's stop flag before every chunk, as :func:`daskabsp.extension.run_partition`;
 - messages take ``latency``; a stop reaches a worker ``stop_latency`` after the quorum;
 - a copy for helpers takes its bytes over ``copy_bandwidth`` and uses no CPU.
 
@@ -45,15 +45,15 @@ import numpy as np
 try:
     import simpy
 except ImportError as e:  # an optional dependency
-    raise ImportError("daskabsp.sim needs simpy: pip install 'daskabsp[sim]'") from e
+    raise ImportError("daskabsp.lab.sim needs simpy: pip install 'daskabsp[sim]'") from e
 
-from .book import PartitionBook, quotas_of
-from .coverage import Leftover, batches, merge
-from .coverage import plan as plan_pieces
-from .engine.plan import Outcome, RoundPlan, plan_round, settle, spread
-from .policies import ABSP, BSP, Policy
-from .rates import Rates
-from .runtime import PartialResult
+from ..engine.book import PartitionBook, quotas_of
+from ..engine.coverage import Leftover, batches, merge
+from ..engine.coverage import plan as plan_pieces
+from ..engine.plan import Outcome, RoundPlan, plan_round, settle, spread
+from ..engine.rates import Rates
+from ..extension import PartialResult
+from ..policies import ABSP, BSP, Policy
 
 # -- what the simulation is given ----------------------------------------------------------------
 
@@ -392,7 +392,7 @@ _NEVER = _NeverStopped()
 
 class _Round:
     """One round's tasks as the scheduler plugin sees them (see
-    :class:`daskabsp.registry.RoundRegistry`): open, finished, stopped, idle."""
+    :class:`daskabsp.extension._registry.RoundRegistry`): open, finished, stopped, idle."""
 
     def __init__(self, env: simpy.Environment, number: int, plan: RoundPlan,
                  owner: list[int], order: list[int]) -> None:

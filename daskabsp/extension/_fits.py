@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from . import config
+from .. import config
 
 #: The path of the page in the scheduler's dashboard. ``individual-`` pages are listed in the
 #: dashboard's "More..." menu and in ``/individual-plots.json`` (what dask-labextension reads).

@@ -22,7 +22,9 @@ import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 from dask.core import flatten
-from distributed import Future, as_completed, futures_of
+from distributed import Future, futures_of
+
+from ..extension import wait_all
 
 #: Seconds between checks that a worker receiving data still answers.
 _WATCH_EVERY = 0.5
@@ -234,16 +236,3 @@ async def nbytes_by_worker(client, parts: Partitions, owners: list[str]) -> dict
     for w, k in where:
         out[w] = out.get(w, 0) + int(size.get(k, 0))
     return out
-
-
-async def wait_all(client, futures) -> None:
-    """Wait until ``futures`` of ``client`` are done (``distributed.wait`` would use the
-    default client, which need not be ``client``)."""
-    async for _ in as_completed(futures, loop=client.loop):
-        pass
-
-
-def check_finite_block(block) -> np.ndarray:
-    """Whether a dense or sparse block holds only finite values (a 1-element array)."""
-    data = block.data if sp.issparse(block) else block
-    return np.array([bool(np.isfinite(data).all())])

@@ -10,7 +10,7 @@
   so everything that worker does is slower, as on a shared machine. A neighbour busy a fraction
   ``duty`` of the time gives its worker a partial share (a heterogeneous cluster).
 
-The other straggler sources of the lab are in the data: :mod:`daskabsp.datasets`.
+The other straggler sources of the lab are in the data: :mod:`daskabsp.lab.datasets`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from dask.base import tokenize
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from .cluster import worker_addresses
-from .runtime import SLOW_EXTENSION
+from ..cluster import worker_addresses
+from ..extension import SLOW_EXTENSION
 
 
 class SlowWorkers(WorkerPlugin):

@@ -9,7 +9,7 @@
 * :func:`text_like`: TF-IDF-like bag-of-words rows (Zipf word frequencies) and a binary
   target, the sparse shape of text classification.
 
-Both use the engine's split of in-memory input (:func:`daskabsp.partitions.split_rows`): fit
+Both use the engine's split of in-memory input (:func:`daskabsp.engine.partitions.split_rows`): fit
 with ``n_partitions`` equal to the one given here and partition ``p`` of the fit is block ``p``.
 """
 
@@ -21,7 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import expit
 
-from .partitions import split_rows
+from ..engine.partitions import split_rows
 
 
 def _check_positive(value, name: str, owner: str, low: float = 0.0) -> None:

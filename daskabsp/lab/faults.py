@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from .protocol import ANNOTATION
+from ..extension import ANNOTATION
 
 #: The events a fault can wait for (see :class:`Fault`).
 MOMENTS = ("round", "copy", "helpers", "finish")
