@@ -20,7 +20,7 @@ from . import config
 from .answering import silent_of
 from .callbacks import CallbackArg, CallbackList, ProgressBar, as_callbacks
 from .caller import run_sync, seceded
-from .cluster import get_client
+from .cluster import blas_per_worker, get_client
 from .engine.link import Link
 from .engine.placement import Placement
 from .engine.run import FitOptions, FitResult, FitRun, Rows
@@ -263,7 +263,7 @@ def fit(program: Program, X, y=None, *, sample_weight=None, sync: str | Policy =
                    client=client)
     if run.client.asynchronous:
         return run.run()
-    with seceded():
+    with seceded(), blas_per_worker(run.client):
         return run_sync(run.client, run)
 
 
