@@ -42,8 +42,9 @@ and the driver); the first fit on a fresh cluster (plugin install, imports on th
 timed on its own.
 
 Targets (issue 25): daskabsp's whole fit within 1.2x scikit-learn's, reaching at least its
-objective (issue 31: A-BSP from in-memory input on the embedded default within 1.0x); at least 2x faster than Spark MLlib and 3x faster than dask-ml where they fit;
-scan / numpy floor at least 0.8 per shape.
+objective (issue 31: A-BSP from in-memory input on the embedded default within 1.0x); at
+least 2x faster than Spark MLlib and 3x faster than dask-ml where they fit; scan / numpy
+floor at least 0.8 per shape.
 """
 
 from __future__ import annotations

@@ -263,7 +263,18 @@ def blas_per_worker(client: distributed.Client) -> Iterator[None]:
 
 
 def close_embedded() -> None:
-    """Close the embedded cluster, if one was started."""
+    """Close the embedded cluster, if one was started.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
+    >>> import daskabsp
+    >>> from daskabsp.estimators import LogisticRegression
+    >>> clf = LogisticRegression().fit(X, y)   # no client: starts the embedded cluster
+    >>> daskabsp.close_embedded()              # optional: it also closes at exit
+    >>> clf = LogisticRegression().fit(X, y)   # a later fit starts another one
+    """
     global _embedded
     with _lock:
         if _embedded is not None:

@@ -41,7 +41,14 @@ class SlowWorkers(WorkerPlugin):
 
     Examples
     --------
-    >>> client.register_plugin(SlowWorkers({addr: 4.0}))  # doctest: +SKIP
+    >>> import daskabsp
+    >>> from distributed import Client, LocalCluster
+    >>> with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+    ...                   dashboard_address=":0") as cluster, Client(cluster) as client:
+    ...     slow = sorted(client.scheduler_info()["workers"])[0]
+    ...     plugin = daskabsp.SlowWorkers({slow: 4.0})
+    ...     _ = client.register_plugin(plugin)          # until unregistered
+    ...     _ = client.unregister_worker_plugin(plugin.name)
     """
 
     idempotent = False
@@ -74,6 +81,23 @@ def slow_workers(client, factors: Mapping[str, float]) -> Iterator[SlowWorkers]:
     client : distributed.Client
     factors : mapping of str to float
         Worker address (or name) to slowdown factor, see :class:`SlowWorkers`.
+
+    Examples
+    --------
+    >>> import daskabsp
+    >>> from distributed import Client, LocalCluster
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=200_000, n_features=20, random_state=0)
+    >>> with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+    ...                   dashboard_address=":0") as cluster, Client(cluster) as client:
+    ...     slow = sorted(client.scheduler_info()["workers"])[0]
+    ...     with daskabsp.slow_workers(client, {slow: 4.0}):
+    ...         res = daskabsp.fit(daskabsp.LogisticGD(), X, y, sync="absp", n_partitions=2,
+    ...                            max_iter=5, tol=None)
+    >>> h = res.history
+    >>> slow_partition = int(h.worker.isel(round=0).values.tolist().index(slow))
+    >>> bool(h.harvested.isel(partition=slow_partition)[1:].all())   # stopped every round
+    True
     """
     plugin = SlowWorkers(factors)
     client.register_plugin(plugin)
