@@ -32,6 +32,7 @@ class Section:
 
     page: str
     title: str
+    #: Markdown (MyST): the pages are Markdown
     intro: str
     module: str
     names: list[str] = field(default_factory=list)
@@ -69,7 +70,7 @@ def sections() -> list[Section]:
         "daskabsp.estimators")
     sync = Section("sync", "Sync models", "The policies ``sync=`` takes, by name (``\"absp\"``, "
                    "``\"bsp\"``, ``\"ssp\"``, ``\"asp\"``) or as objects with other settings. "
-                   "The :doc:`sync models guide <../user-guide/sync-models>` says when to "
+                   "The [sync models guide](../user-guide/sync-models.md) says when to "
                    "choose which, with measurements.", "daskabsp")
     engine = Section("engine", "Fitting with the engine", "Run any program under any sync "
                      "model, place rows once for several fits, and the embedded cluster.",

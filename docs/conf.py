@@ -52,7 +52,10 @@ nb_execution_mode = "off"
 
 html_theme = "pydata_sphinx_theme"
 html_title = f"daskabsp {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]
+# "fit()" in a page's table of contents, not "LogisticRegression.fit()"
+toc_object_entries_show_parents = "hide"
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
@@ -60,7 +63,7 @@ html_theme_options = {
     "footer_start": ["copyright"],
     "footer_end": ["sphinx-version"],
 }
-html_sidebars = {"index": [], "changelog": []}
+html_sidebars = {"index": [], "changelog": [], "examples/index": []}
 
 # -- API reference ------------------------------------------------------------------------
 autosummary_generate = True
@@ -168,7 +171,8 @@ def _notebook_title(nb: dict, default: str) -> tuple[str, str]:
         if text.startswith("# "):
             head, _, rest = text.partition("\n")
             para = rest.strip().split("\n\n")[0].replace("\n", " ")
-            return head[2:].strip(), para
+            first = para.split(". ")[0].rstrip(".")
+            return head[2:].strip(), f"{first}." if first else ""
     return default, ""
 
 
