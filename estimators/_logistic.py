@@ -161,8 +161,10 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
     >>> h = clf.history_
     >>> h.sizes["round"] == int(clf.n_iter_[0])
     True
-    >>> int(h.rows.sum("partition")[0])          # rows counted in the first round
+    >>> int(h.quota.sum("partition")[0])         # rows asked for in the first round
     2000
+    >>> bool((h.rows <= h.quota).all())          # counted: fewer where a partition was cut
+    True
 
     The same fit under BSP gives the same model (A-BSP's rounds may count fewer rows; both stop
     at the tolerance):
