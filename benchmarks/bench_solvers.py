@@ -20,7 +20,8 @@ issue 31), from in-memory numpy/scipy input (its time includes placing the data 
 workers) and from dask arrays already persisted on the workers, one row chunk each ("on
 workers"); and A-BSP from in-memory input on an embedded cluster of worker processes
 (``daskabsp.embedded: processes``, the default before issue 31, one per core), the
-comparison behind the default. dask-ml gets the same persisted dask arrays; its
+comparison behind the default. dask-ml gets the same data as persisted dask arrays, on
+those worker processes when they run (else on the embedded cluster); its
 solvers are each tried once and the fastest that reaches scikit-learn's objective within 1e-3
 (or the one with the lowest objective) is timed. Spark MLlib (when ``pyspark`` and a Java
 runtime are installed: the ``benchmarks`` extra and e.g. Debian's ``openjdk-17-jre-headless``)
@@ -568,8 +569,15 @@ def run_case(case: Case, client, spark: Spark | None, repeats: int, scan_repeats
         methods["daskabsp BSP, on workers"] = lambda: on_workers("bsp")
         methods["daskabsp A-BSP, on workers"] = lambda: on_workers("absp")
     if case.daskml and K == 2:
-        methods.update(pick_daskml(client, X, y, objective, case.daskml, (Xd, yd), sk_obj,
-                                   notes))
+        dml_client, dml_arrays = client, (Xd, yd)
+        if proc_client is not None:
+            # dask-ml on worker processes, the cluster it is made for: its tasks hold the GIL
+            # and ask BLAS for every core, which in-process workers share (measured: its
+            # newton solver took 36 s there against 4.7 s on worker processes)
+            _, _, pXd, pyd = place_pieces(proc_client, X, y)
+            dml_client, dml_arrays = proc_client, (pXd, pyd)
+        methods.update(pick_daskml(dml_client, X, y, objective, case.daskml, dml_arrays,
+                                   sk_obj, notes))
     if spark is not None and case.spark:
         t1 = time.perf_counter()
         df = spark.frame(X, y)
