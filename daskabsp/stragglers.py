@@ -155,6 +155,13 @@ def pinned_workers(client, cores: Sequence[int] | None = None) -> Iterator[dict[
     """
     if not hasattr(os, "sched_setaffinity"):
         raise RuntimeError("pinned_workers needs os.sched_setaffinity (Linux).")
+    from .cluster import in_process
+
+    if in_process(client):
+        # pinning an in-process worker would pin the whole fitting process
+        raise RuntimeError("pinned_workers needs worker processes; this client's workers run "
+                           "in this process (e.g. the embedded cluster's default). Start a "
+                           "LocalCluster(processes=True).")
     addrs = sorted(client.scheduler_info(n_workers=-1)["workers"])
     if cores is None:  # the cores the workers may use (already pinned ones: together)
         cores = sorted(set().union(*client.run(_usable_cpus, workers=addrs).values()))
