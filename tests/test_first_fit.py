@@ -181,3 +181,19 @@ def test_held_rows_read_across_blocks():
         np.testing.assert_array_equal(held[a:b], X[a:b])
     lazy = da.from_array(X, chunks=(7, 2)) * 2
     assert in_memory_blocks(lazy)[0] is lazy
+
+
+def test_an_unknown_sync_names_the_public_policy_class():
+    """The error for an unknown ``sync`` names ``daskabsp.Policy``, the class users import,
+    and is daskabsp's ``InvalidParameterError``, which code catching scikit-learn's catches."""
+    from sklearn.utils._param_validation import InvalidParameterError as SkError
+
+    from daskabsp.estimators import InvalidParameterError, LogisticRegression
+
+    with pytest.raises(InvalidParameterError) as info:
+        LogisticRegression(sync="fastest").fit([[0.0], [1.0]], [0, 1])
+    assert isinstance(info.value, SkError)
+    message = str(info.value)
+    assert "'daskabsp.Policy'" in message and "daskabsp.policies" not in message
+    for name in ("absp", "bsp", "ssp", "asp"):
+        assert f"'{name}'" in message
