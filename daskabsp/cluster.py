@@ -2,15 +2,16 @@
 
 The embedded cluster is what a fit uses when the process has no Dask client: by default
 (``daskabsp.embedded: threads``) one worker per core *inside this process*, one thread each.
-Measured side by side in one run (2 cores, whole ``LogisticRegression().fit`` from numpy,
-7 interleaved repeats; the development log has the table): against worker processes, the
-in-process workers took 0.34x their time on dense 1M x 50 binary rows and 0.74x on 200k x 250
-rows of 8 classes, and 0.55x and 0.97x scikit-learn's. Worker processes must receive a copy
-of the rows (0.25 s for 400 MB, more than a quarter of scikit-learn's whole fit) and
-exchange every round's parameters and statistics through sockets; in-process workers read
-the caller's arrays where they are. The price is the GIL: a program whose chunks spend their
-time in Python rather than in NumPy/SciPy kernels (which release it) scans one worker at a
-time; ``daskabsp.embedded: processes`` starts worker processes instead.
+Worker processes must first receive a copy of the rows (0.25 s for 400 MB on 2 cores, a
+quarter of scikit-learn's whole fit of those rows) and exchange every round's parameters and
+statistics through sockets; in-process workers read the caller's arrays where they are.
+Measured side by side on main at 1bd534e (clusters made by hand; 2 cores, whole ``fit`` from
+numpy, 7 interleaved repeats, medians): in-process workers took 0.34x the time of worker
+processes on dense 1M x 50 binary rows and 0.74x on 200k x 250 rows of 8 classes;
+``benchmarks/bench_solvers.py`` measures both kinds in every run (the getting-started page
+shows its numbers). The price is the GIL: a program whose chunks spend their time in Python
+rather than in NumPy/SciPy kernels (which release it) scans one worker at a time;
+``daskabsp.embedded: processes`` starts worker processes instead.
 
 In-process workers share the process's BLAS thread pool: two workers each asking OpenBLAS for
 two threads on two cores oversubscribe it (measured: fits up to 8x slower, erratic). While a
