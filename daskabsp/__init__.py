@@ -27,12 +27,13 @@ _LAZY = {
     "Policy": "policies", "as_policy": "policies", "LogisticGD": "programs",
     "Program": "programs", "SlowWorkers": "lab.stragglers", "slow_workers": "lab.stragglers",
     "compute_answering": "answering", "answering_workers": "answering",
-    "stuck_keys": "answering",
+    "stuck_keys": "answering", "in_memory_rows": "engine.partitions",
 }
 
 if TYPE_CHECKING:
     from .answering import answering_workers, compute_answering, stuck_keys
     from .cluster import close_embedded, get_client
+    from .engine.partitions import in_memory_rows
     from .fitting import FitResult, PlacedData, fit, fit_async, place, place_async
     from .lab.stragglers import SlowWorkers, slow_workers
     from .monitor.callbacks import FitInfo, ProgressBar, RoundCallback, RoundInfo
@@ -80,6 +81,7 @@ __all__ = [
     "fit",
     "fit_async",
     "get_client",
+    "in_memory_rows",
     "place",
     "place_async",
     "plot_objectives",

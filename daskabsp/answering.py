@@ -34,6 +34,15 @@ def compute_answering(collections: list, *, client: distributed.Client | None = 
     list
         The computed results, in order; None for those given up on. Without daskabsp's
         scheduler plugin (the scheduler cannot import daskabsp) nothing is given up.
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> import daskabsp
+    >>> client = daskabsp.get_client()
+    >>> x = da.arange(10, chunks=5)
+    >>> daskabsp.compute_answering([x.sum(), x.max()], client=client)
+    [np.int64(45), np.int64(9)]
     """
     client = client if client is not None else distributed.get_client()
     futures = client.compute(list(collections), workers=workers)
@@ -42,15 +51,54 @@ def compute_answering(collections: list, *, client: distributed.Client | None = 
 
 
 def answering_workers(*, client: distributed.Client | None = None) -> list[str]:
-    """The workers of ``client``'s cluster heard from within ``daskabsp.unresponsive-after``
-    (all of them without daskabsp's scheduler plugin)."""
+    """The workers of ``client``'s cluster heard from within ``daskabsp.unresponsive-after``.
+
+    Parameters
+    ----------
+    client : distributed.Client, optional
+        Default: the current client.
+
+    Returns
+    -------
+    list of str
+        Their addresses, sorted (every worker without daskabsp's scheduler plugin).
+
+    Examples
+    --------
+    >>> import daskabsp
+    >>> client = daskabsp.get_client()
+    >>> workers = daskabsp.answering_workers(client=client)
+    >>> len(workers) >= 1
+    True
+    """
     client = client if client is not None else distributed.get_client()
     return client.sync(_answering, client)
 
 
 def stuck_keys(keys: list, *, client: distributed.Client | None = None) -> set:
     """Those of ``keys`` (of tasks or data) that wait on, or are held only by, workers not
-    heard from for ``daskabsp.unresponsive-after``."""
+    heard from for ``daskabsp.unresponsive-after``, or that wait for a worker that left.
+
+    Parameters
+    ----------
+    keys : list
+        Keys of tasks or data on the cluster.
+    client : distributed.Client, optional
+        Default: the current client.
+
+    Returns
+    -------
+    set
+        The keys stuck (none without daskabsp's scheduler plugin).
+
+    Examples
+    --------
+    >>> import daskabsp
+    >>> client = daskabsp.get_client()
+    >>> future = client.submit(sum, [1, 2, 3])
+    >>> daskabsp.stuck_keys([future.key], client=client)
+    set()
+    """
     client = client if client is not None else distributed.get_client()
     return set(client.sync(stuck_of, client, list(keys)))
 

@@ -43,6 +43,16 @@ def get(key: str):
     -------
     object
         The value as configured (a string such as ``"2ms"`` for durations and sizes).
+
+    Examples
+    --------
+    >>> import dask
+    >>> from daskabsp import config
+    >>> config.get("chunk-target")
+    '2ms'
+    >>> with dask.config.set({"daskabsp.chunk-target": "5ms"}):
+    ...     config.get("chunk-target")
+    '5ms'
     """
     return dask.config.get(f"daskabsp.{key}")
 
@@ -59,6 +69,12 @@ def seconds(key: str) -> float:
     -------
     float
         The duration in seconds (a bare number is taken as seconds).
+
+    Examples
+    --------
+    >>> from daskabsp import config
+    >>> config.seconds("chunk-target")
+    0.002
     """
     return dask.utils.parse_timedelta(get(key), default="s")
 
@@ -75,5 +91,11 @@ def nbytes(key: str) -> int:
     -------
     int
         The size in bytes.
+
+    Examples
+    --------
+    >>> from daskabsp import config
+    >>> config.nbytes("copy-rate")
+    209715200
     """
     return dask.utils.parse_bytes(get(key))

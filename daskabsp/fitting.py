@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import config
-from .cluster import get_client
+from .cluster import blas_per_worker, get_client
 from .engine.caller import run_sync, seceded
 from .engine.link import Link
 from .engine.partitions import Partitions, is_dask, row_chunks
@@ -57,6 +57,18 @@ class PlacedData:
         The target and weights placed with them.
     sizes : tuple of int
         Rows per partition.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
+    >>> import daskabsp
+    >>> placed = daskabsp.place(X, y, n_partitions=2)
+    >>> placed.sizes, placed.shape
+    ((1000, 1000), (2000, 5))
+    >>> placed.X.chunks                               # one chunk per partition
+    ((1000, 1000), (5,))
+    >>> placed.release()
     """
 
     def __init__(self, client, parts: Partitions, data: tuple, source: tuple | None,
@@ -131,6 +143,18 @@ def place(X, y=None, sample_weight=None, *, n_partitions: int | None = None,
     PlacedData
         The placed rows. With an asynchronous client, a coroutine of them;
         :func:`place_async` always returns one.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
+    >>> import daskabsp
+    >>> placed = daskabsp.place(X, y, n_partitions=4)   # scattered once
+    >>> placed
+    <daskabsp.PlacedData: 2000 rows x 5 features in 4 partitions>
+    >>> for C in (0.1, 1.0):                             # several fits, no copy
+    ...     res = daskabsp.fit(daskabsp.LogisticGD(C=C), placed, max_iter=10, tol=None)
+    >>> placed.release()
     """
     coro, client = _placing(X, y, sample_weight, n_partitions, client)
     if client.asynchronous:
@@ -153,6 +177,25 @@ def place_async(X, y=None, sample_weight=None, *, n_partitions: int | None = Non
     -------
     coroutine
         Awaiting it gives the :class:`PlacedData`.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
+    >>> import asyncio
+    >>> import daskabsp
+    >>> from distributed import Client, LocalCluster
+    >>> async def main():
+    ...     async with LocalCluster(n_workers=2, processes=False, asynchronous=True,
+    ...                             dashboard_address=":0") as cluster:
+    ...         client = await Client(cluster, asynchronous=True)
+    ...         placed = await daskabsp.place_async(X, y, client=client)
+    ...         res = await daskabsp.fit_async(daskabsp.LogisticGD(), placed, client=client,
+    ...                                        max_iter=3, tol=None)
+    ...         await client.close()
+    ...         return placed.shape, res.n_iter
+    >>> asyncio.run(main())
+    ((2000, 5), 3)
     """
     coro, client = _placing(X, y, sample_weight, n_partitions, client)
     if not client.asynchronous:
@@ -216,8 +259,15 @@ def fit(program: Program, X, y=None, *, sample_weight=None, sync: str | Policy =
         Target, if the program needs one.
     sample_weight : array-like of shape (n_samples,), optional
         Row weights, for programs that accept them.
-    sync : {"absp", "bsp"} or Policy, default="absp"
-        Synchronisation policy, see :class:`daskabsp.ABSP` and :class:`daskabsp.BSP`.
+    sync : {"absp", "bsp", "ssp", "asp"} or Policy, default="absp"
+        Synchronisation model: ``"absp"`` (:class:`daskabsp.ABSP`: a round ends once the
+        fastest worker has scanned its partitions, the others' partial work counts),
+        ``"bsp"`` (:class:`daskabsp.BSP`: every round waits for every partition; the same
+        result on every run), ``"ssp"`` (:class:`daskabsp.SSP`, staleness 3: no rounds,
+        each partition's update applied as it arrives, at most 3 ahead of the slowest),
+        ``"asp"`` (:class:`daskabsp.ASP`: no bound), or a policy object with other settings
+        (``ABSP.published()``, ``SSP(staleness=10)``...). The :doc:`sync models guide
+        </user-guide/sync-models>` says when to choose which.
     max_iter : int, default=100
         Maximum number of rounds.
     tol : float or None, default=1e-4
@@ -256,6 +306,17 @@ def fit(program: Program, X, y=None, *, sample_weight=None, sync: str | Policy =
     FitResult
         The fit. With an asynchronous client, a coroutine of it (as Dask's own client
         methods do); :func:`fit_async` always returns one.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
+    >>> import daskabsp
+    >>> res = daskabsp.fit(daskabsp.LogisticGD(C=1.0), X, y, sync="bsp", max_iter=20, tol=None)
+    >>> res.n_iter, res.coef.shape            # 20 rounds; 5 weights and the intercept
+    (20, (6,))
+    >>> res.history.sizes["round"]
+    20
     """
     run = _prepare(program, X, y, sample_weight=sample_weight, sync=sync, max_iter=max_iter,
                    tol=tol, n_partitions=n_partitions, quota=quota, chunk_target=chunk_target,
@@ -263,7 +324,7 @@ def fit(program: Program, X, y=None, *, sample_weight=None, sync: str | Policy =
                    client=client)
     if run.client.asynchronous:
         return run.run()
-    with seceded():
+    with seceded(), blas_per_worker(run.client):
         return run_sync(run.client, run)
 
 
@@ -282,6 +343,24 @@ def fit_async(program: Program, X, y=None, **kwargs: Any) -> Coroutine[Any, Any,
     -------
     coroutine
         Awaiting it gives the :class:`FitResult`.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
+    >>> import asyncio
+    >>> import daskabsp
+    >>> from distributed import Client, LocalCluster
+    >>> async def main():
+    ...     async with LocalCluster(n_workers=2, processes=False, asynchronous=True,
+    ...                             dashboard_address=":0") as cluster:
+    ...         client = await Client(cluster, asynchronous=True)
+    ...         res = await daskabsp.fit_async(daskabsp.LogisticGD(), X, y, client=client,
+    ...                                        max_iter=5, tol=None)
+    ...         await client.close()
+    ...         return res.n_iter
+    >>> asyncio.run(main())
+    5
     """
     run = _prepare(program, X, y, **kwargs)
     if not run.client.asynchronous:

@@ -27,7 +27,19 @@ def advance(cursor: int, rows: int, n: int) -> int:
 
 @dataclass(frozen=True)
 class Policy:
-    """Base class of the synchronisation policies."""
+    """Base class of the synchronisation policies.
+
+    Examples
+    --------
+    >>> import daskabsp
+    >>> daskabsp.SYNC_NAMES                         # the names sync= takes
+    ('bsp', 'absp', 'ssp', 'asp')
+    >>> all(isinstance(p, daskabsp.Policy)
+    ...     for p in (daskabsp.BSP(), daskabsp.ABSP(), daskabsp.SSP(), daskabsp.ASP()))
+    True
+    >>> daskabsp.ABSP(quorum=2).round_quorum(n_partitions=4)   # workers that end a round
+    2
+    """
 
     name: ClassVar[str] = "policy"
     #: Whether the policy runs global rounds (BSP, A-BSP: :class:`~daskabsp.engine.loop.
@@ -106,6 +118,18 @@ class BSP(Policy):
     cursor : {"resume", "restart"}, default="resume"
         Where a partition starts its next round. Under BSP every partition processes its whole
         quota, so this only matters with a quota smaller than the partition.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
+    >>> import daskabsp
+    >>> from daskabsp.estimators import LogisticRegression
+    >>> clf = LogisticRegression(sync=daskabsp.BSP()).fit(X, y)   # as sync="bsp"
+    >>> bool(clf.history_.harvested.any())      # no partition is ever stopped
+    False
+    >>> clf.history_.attrs["sync"]
+    'bsp'
     """
 
     name: ClassVar[str] = "bsp"
@@ -160,6 +184,34 @@ class ABSP(Policy):
     ----------
     Wang, Chen, Pi, Zhou. "Aggressive Synchronization with Partial Processing for Iterative ML
     Jobs on Clusters." ACM/IFIP Middleware 2018.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
+    >>> import daskabsp
+    >>> from daskabsp.estimators import LogisticRegression
+    >>> daskabsp.ABSP()                             # what sync="absp" means
+    ABSP(quorum=1, on_quorum='harvest', cursor='resume', helpers=True, count='workers', ...)
+    >>> paper = daskabsp.ABSP.published()           # A-BSP as in the paper
+    >>> paper.helpers, paper.count, paper.grace
+    (False, 'partitions', 0.0)
+    >>> clf = LogisticRegression(sync=paper).fit(X, y)
+    >>> clf.history_.attrs["policy"] == repr(paper)
+    True
+
+    With one worker emulated 4x slower (:func:`daskabsp.slow_workers`), its partition is stopped
+    (*harvested*) in the rounds where the other finishes first:
+
+    >>> from distributed import Client, LocalCluster
+    >>> with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+    ...                   dashboard_address=":0") as cluster, Client(cluster) as client:
+    ...     slow = sorted(client.scheduler_info()["workers"])[0]
+    ...     with daskabsp.slow_workers(client, {slow: 4.0}):
+    ...         clf = LogisticRegression(sync="absp", n_partitions=2).fit(
+    ...             *make_classification(n_samples=200_000, n_features=20, random_state=0))
+    >>> bool(clf.history_.harvested.any())
+    True
     """
 
     name: ClassVar[str] = "absp"
@@ -174,7 +226,18 @@ class ABSP(Policy):
     def published(cls, **kwargs) -> ABSP:
         """A-BSP as published (Wang et al. 2018): no helpers, the round ends when the first
         partition finishes (``count="partitions"``), stopped partitions stop at once
-        (``grace=0``). Keyword arguments override these."""
+        (``grace=0``).
+
+        Parameters
+        ----------
+        **kwargs
+            Parameters of :class:`ABSP` that override these (e.g. ``on_quorum="drop"``).
+
+        Returns
+        -------
+        ABSP
+            The policy.
+        """
         return cls(**{"helpers": False, "count": "partitions", "grace": 0.0, **kwargs})
 
     def __post_init__(self) -> None:
@@ -260,6 +323,20 @@ class SSP(Policy):
     via a Stale Synchronous Parallel Parameter Server." NIPS 2013.
     Wei, Dai, Qiao, Ho, Cui, Ganger, Gibbons, Gibson, Xing. "Managed Communication and
     Consistency for Fast Data-Parallel Iterative Analytics." SoCC 2015 (Bösen).
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
+    >>> import daskabsp
+    >>> from daskabsp.estimators import LogisticRegression
+    >>> daskabsp.SSP()                              # what sync="ssp" means
+    SSP(staleness=3)
+    >>> clf = LogisticRegression(sync=daskabsp.SSP(staleness=1)).fit(X, y)
+    >>> "update" in clf.history_.sizes           # one record per update, not per round
+    True
+    >>> clf.score(X, y) > 0.8
+    True
     """
 
     name: ClassVar[str] = "ssp"
@@ -289,6 +366,18 @@ class ASP(Policy):
     ----------
     Recht, Re, Wright, Niu. "Hogwild!: A Lock-Free Approach to Parallelizing Stochastic
     Gradient Descent." NIPS 2011.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
+    >>> import daskabsp
+    >>> from daskabsp.estimators import LogisticRegression
+    >>> daskabsp.ASP()                              # what sync="asp" means
+    ASP()
+    >>> clf = LogisticRegression(sync="asp").fit(X, y)
+    >>> clf.history_.attrs["sync"], clf.score(X, y) > 0.8
+    ('asp', True)
     """
 
     name: ClassVar[str] = "asp"
@@ -305,8 +394,33 @@ SYNC_NAMES: tuple[str, ...] = tuple(_NAMES)
 
 
 def as_policy(sync: str | Policy, *, owner: str = "fit") -> Policy:
-    """Return the policy for ``sync``: a policy object, or one of ``"bsp"``, ``"absp"``,
-    ``"ssp"``, ``"asp"``."""
+    """The policy a ``sync`` argument names.
+
+    Parameters
+    ----------
+    sync : {"absp", "bsp", "ssp", "asp"} or Policy
+        A policy, or the name of one with its defaults (``"ssp"``: ``SSP(3)``).
+    owner : str, default="fit"
+        Who was given ``sync``, for the error message.
+
+    Returns
+    -------
+    Policy
+        ``sync`` itself, or the policy it names.
+
+    Raises
+    ------
+    ValueError
+        ``sync`` is neither, in scikit-learn's wording.
+
+    Examples
+    --------
+    >>> import daskabsp
+    >>> daskabsp.as_policy("ssp")
+    SSP(staleness=3)
+    >>> daskabsp.as_policy(daskabsp.ABSP.published()) == daskabsp.ABSP.published()
+    True
+    """
     if isinstance(sync, Policy):
         return sync
     if isinstance(sync, str) and sync in _NAMES:

@@ -12,8 +12,11 @@ reading the sources it writes two things that follow the code, not hand-kept lis
 
 from __future__ import annotations
 
-import importlib
+import base64
+import json
+import re
 import shutil
+import sys
 from pathlib import Path
 
 import daskabsp
@@ -49,7 +52,10 @@ nb_execution_mode = "off"
 
 html_theme = "pydata_sphinx_theme"
 html_title = f"daskabsp {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]
+# "fit()" in a page's table of contents, not "LogisticRegression.fit()"
+toc_object_entries_show_parents = "hide"
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
@@ -57,13 +63,13 @@ html_theme_options = {
     "footer_start": ["copyright"],
     "footer_end": ["sphinx-version"],
 }
-html_sidebars = {"index": [], "changelog": []}
+html_sidebars = {"index": [], "changelog": [], "examples/index": []}
 
 # -- API reference ------------------------------------------------------------------------
 autosummary_generate = True
 autosummary_imported_members = True
 autodoc_typehints = "none"  # numpydoc's Parameters sections say the types
-autodoc_default_options = {"members": False}
+autodoc_default_options: dict = {}
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 numpydoc_attributes_as_param_list = False
@@ -76,10 +82,13 @@ numpydoc_validation_checks = {"PR01", "PR02", "PR06", "PR10", "GL08", "SS01", "R
 # constructor's parameters.
 numpydoc_validation_overrides = {"PR01": [r"Attributes\n\s*-{10}"]}
 numpydoc_validation_exclude = {
-    # Internals still exported by daskabsp.__all__, which the engine's reorganisation
-    # (issue 20) takes out of the top level; they are listed in the reference until then.
-    r"^daskabsp\.(run_partition|PartialResult|AbspSchedulerPlugin|AbspWorkerPlugin|"
-    r"compute_answering|answering_workers|stuck_keys|as_policy|get_client)$",
+    # The methods of programs, policies and plugins are the engine's side of their
+    # contracts (shown on their pages, described in the classes' docstrings); what users
+    # call is validated: the classes, the functions, the estimators' methods.
+    r"^daskabsp\.programs\.\w+\.\w+$",
+    r"^daskabsp\.(ABSP|BSP|SSP|ASP|Policy)\.(?!published$)\w+$",
+    r"^daskabsp\.\w+\.(setup|teardown|transition|on_fit_begin|on_fit_end|on_round_begin|"
+    r"on_round_end)$",
     r"\.__init__$",
     r"\.__call__$",
     # scikit-learn's inherited methods are scikit-learn's docstrings
@@ -87,6 +96,25 @@ numpydoc_validation_exclude = {
     r"set_output|fit_transform|fit_predict|set_predict_request|set_transform_request|"
     r"set_callbacks|score)$",
 }
+
+def _plain_foreign_refs(app, what, name, obj, options, lines) -> None:
+    """Docstrings of other projects' methods that the estimators and plugins inherit
+    (scikit-learn's ``set_output``, distributed's ``WorkerPlugin.transition``) cross-refer to
+    pages of their own sites that no inventory lists: their ``:ref:`` and ``:doc:`` roles
+    become plain text."""
+    module = getattr(obj, "__module__", None) or ""
+    if module.split(".")[0] in ("sklearn", "distributed"):
+        text = _FOREIGN_REF.sub(lambda m: " ".join((m.group(1) or m.group(2)).split()),
+                                "\n".join(lines))
+        lines[:] = text.split("\n")
+
+
+_FOREIGN_REF = re.compile(r":(?:ref|doc):`(?:([^`<]+?)\s*<[^>]+>|([^`]+))`")
+
+
+def setup(app) -> None:
+    app.connect("autodoc-process-docstring", _plain_foreign_refs)
+
 
 intersphinx_mapping = {
     name: (url, str(HERE / "_intersphinx" / f"{name}.inv"))
@@ -101,20 +129,9 @@ intersphinx_mapping = {
     }.items()
 }
 
-#: The modules whose public names make the API reference: page, title.
-API_MODULES = {
-    "daskabsp": ("engine", "The engine"),
-    "daskabsp.programs": ("programs", "Programs"),
-    "daskabsp.estimators": ("estimators", "Estimators"),
-}
-
-
-def _public_names(module_name: str) -> list[str]:
-    module = importlib.import_module(module_name)
-    names = getattr(module, "__all__", None)
-    if names is None:
-        names = [n for n in dir(module) if not n.startswith("_")]
-    return sorted(names, key=str.lower)
+#: What the API reference lists, page by page (``docs/apiref.py``: from the modules' __all__).
+sys.path.insert(0, str(HERE))
+import apiref  # noqa: E402
 
 
 def _write_if_changed(path: Path, text: str) -> None:
@@ -122,41 +139,92 @@ def _write_if_changed(path: Path, text: str) -> None:
         path.write_text(text)
 
 
-def write_api_lists() -> None:
-    """One API page per public module, listing its ``__all__`` (written before the sources
-    are read, so the reference follows whatever the modules export)."""
+def write_api_pages() -> None:
+    """The reference's index and one page per section of :func:`apiref.sections` (written
+    before the sources are read, so the reference follows whatever the modules export)."""
     out = HERE / "api"
-    seen: dict[int, str] = {}  # an object exported by two modules is described once
-    for module_name, (page, title) in API_MODULES.items():
-        module = importlib.import_module(module_name)
-        names, also = [], []
-        for name in _public_names(module_name):
-            key = id(getattr(module, name))
-            if key in seen:
-                also.append(f"{{obj}}`{seen[key]}`")
-            else:
-                seen[key] = f"{module_name}.{name}"
-                names.append(name)
-        lines = [f"# {title}: `{module_name}`", "", "```{eval-rst}",
-                 f".. automodule:: {module_name}", "   :no-members:", "",
-                 f".. currentmodule:: {module_name}", "",
-                 ".. autosummary::", "   :toctree: generated", "   :nosignatures:", ""]
-        lines += [f"   {name}" for name in names]
-        lines += ["```", ""]
-        if also:
-            lines += [f"Also exported here, and described above: {', '.join(also)}.", ""]
-        _write_if_changed(out / f"{page}.md", "\n".join(lines))
+    pages = apiref.sections()
+    for s in pages:
+        lines = [f"# {s.title}", "", s.intro, "", "```{eval-rst}",
+                 f".. currentmodule:: {s.module}", "",
+                 ".. autosummary::", "   :toctree: generated", "", *(f"   {n}" for n in s.names),
+                 "```", ""]
+        _write_if_changed(out / f"{s.page}.md", "\n".join(lines))
+    index = ["# API reference", "",
+             "Generated from the docstrings of the public names: `daskabsp.estimators.__all__`, "
+             "`daskabsp.__all__` and the programs of `daskabsp.programs.__all__`. A name that "
+             "is not listed here is internal and may change without notice. Every class and "
+             "function has an Examples section, run by the test suite.", ""]
+    for s in pages:
+        index += [f"## [{s.title}]({s.page}.md)", "", s.intro, "", ", ".join(
+            f"{{obj}}`~{s.module}.{n}`" for n in s.names), ""]
+    index += ["```{toctree}", ":hidden:", "", *(s.page for s in pages), "```", ""]
+    _write_if_changed(out / "index.md", "\n".join(index))
 
 
-def copy_notebooks() -> None:
-    """The notebooks of ``examples/`` into ``docs/examples/`` (a build artefact)."""
+def _notebook_title(nb: dict, default: str) -> tuple[str, str]:
+    """The notebook's first heading and the first paragraph after it."""
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        text = "".join(cell["source"]).strip()
+        if text.startswith("# "):
+            head, _, rest = text.partition("\n")
+            para = rest.strip().split("\n\n")[0].replace("\n", " ")
+            first = para.split(". ")[0].rstrip(".")
+            return head[2:].strip(), f"{first}." if first else ""
+    return default, ""
+
+
+def _thumbnail(nb: dict) -> bytes | None:
+    """The picture of a notebook: the PNG output of the cell tagged ``gallery-thumbnail``,
+    or else its last PNG output."""
+    pngs, tagged = [], None
+    for cell in nb["cells"]:
+        for o in cell.get("outputs", []):
+            png = o.get("data", {}).get("image/png")
+            if png:
+                pngs.append(png)
+                if "gallery-thumbnail" in cell.get("metadata", {}).get("tags", []):
+                    tagged = png
+    png = tagged or (pngs[-1] if pngs else None)
+    return None if png is None else base64.b64decode("".join(png) if isinstance(png, list)
+                                                     else png)
+
+
+def write_gallery() -> None:
+    """``docs/examples/``: the notebooks of ``examples/`` (rendered with their saved outputs;
+    the tests execute them, ``tests/test_examples.py``), a picture of each taken from its
+    outputs, and the gallery page: a card per notebook, with its title, its first paragraph
+    and its picture."""
     target = HERE / "examples"
-    target.mkdir(exist_ok=True)
-    for nb in sorted((ROOT / "examples").glob("*.ipynb")):
-        dest = target / nb.name
-        if not dest.exists() or dest.read_bytes() != nb.read_bytes():
-            shutil.copyfile(nb, dest)
+    (target / "thumbnails").mkdir(parents=True, exist_ok=True)
+    cards = []
+    for nb_path in sorted((ROOT / "examples").glob("*.ipynb")):
+        dest = target / nb_path.name
+        if not dest.exists() or dest.read_bytes() != nb_path.read_bytes():
+            shutil.copyfile(nb_path, dest)
+        nb = json.loads(nb_path.read_text())
+        title, para = _notebook_title(nb, nb_path.stem)
+        png = _thumbnail(nb)
+        card = [f":::{{grid-item-card}} {title}", f":link: {nb_path.stem}", ":link-type: doc"]
+        if png is not None:
+            thumb = target / "thumbnails" / f"{nb_path.stem}.png"
+            if not thumb.exists() or thumb.read_bytes() != png:
+                thumb.write_bytes(png)
+            card.append(f":img-top: thumbnails/{nb_path.stem}.png")
+        cards += [*card, para, ":::"]
+    page = ["# Examples", "",
+            "Notebooks from the repository's `examples/` folder, shown with the outputs they "
+            "were saved with (run on a 2-core machine; your numbers will differ). The test "
+            "suite executes each one from top to bottom (`tests/test_examples.py`). A new "
+            "notebook in `examples/` appears here, with the picture of the cell tagged "
+            "`gallery-thumbnail` (or its last figure).", "",
+            "::::{grid} 1 2 2 3", ":gutter: 3", "", *cards, "::::", "",
+            "```{toctree}", ":hidden:", "",
+            *(p.stem for p in sorted((ROOT / "examples").glob("*.ipynb"))), "```", ""]
+    _write_if_changed(target / "index.md", "\n".join(page))
 
 
-write_api_lists()
-copy_notebooks()
+write_api_pages()
+write_gallery()

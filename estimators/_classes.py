@@ -9,6 +9,8 @@ import dask.array as da
 import numpy as np
 from sklearn.utils.multiclass import check_classification_targets
 
+from daskabsp import in_memory_rows
+
 from ._inputs import FitInput
 
 
@@ -29,7 +31,14 @@ def _encode(block, classes):
 def encode_targets(estimator, data: FitInput, class_weight) -> Targets:
     """Compute ``classes_`` globally, encode ``y`` and fold ``class_weight`` into weights."""
     y = data.y
-    if data.lazy:
+    values = in_memory_rows(y) if data.lazy else None
+    if values is not None:
+        # a dask target made from a numpy array (da.from_array): its blocks are here, and
+        # computing on them through the cluster would send them all in a graph
+        check_classification_targets(values)
+        classes, inverse = np.unique(values, return_inverse=True)
+        codes = da.from_array(inverse.astype(np.float64), chunks=y.chunks)
+    elif data.lazy:
         classes = np.unique(da.unique(y).compute())
         check_classification_targets(classes)
         codes = y.map_blocks(_encode, classes, dtype=np.float64)

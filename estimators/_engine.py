@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable
 
@@ -14,6 +15,39 @@ from daskabsp import BSP, as_policy, get_client
 from ._callbacks import CallbackSupportMixin, caller_stacklevel
 from ._inputs import FitInput
 
+#: The ``sync`` parameter as every estimator documents it: a subclass's docstring entry for
+#: ``sync`` is replaced by this one (:meth:`EngineMixin.__init_subclass__`), so each page
+#: tells the whole story, and a new estimator gets it without copying it.
+SYNC_DOC = """\
+    sync : {"absp", "bsp", "ssp", "asp"} or daskabsp.Policy, default="absp"
+        How the partitions of the data synchronise (the :doc:`sync models guide
+        </user-guide/sync-models>` compares them, measured):
+
+        * ``"absp"``, :class:`daskabsp.ABSP`: rounds that end once the fastest worker has
+          scanned its partitions; the others stop at their next chunk, their rows so far
+          count, and they start from their first unscanned row next round (helpers scan
+          them sooner where a copy exists). For shared or uneven clusters and long fits;
+          results vary slightly from run to run.
+        * ``"bsp"``, :class:`daskabsp.BSP`: every round waits for every partition. For equal
+          workers and short fits, and whenever the same data must give the same result on
+          every run.
+        * ``"ssp"``, :class:`daskabsp.SSP` (staleness 3): no rounds; each partition's update
+          is applied as it arrives, and no partition runs more than 3 updates ahead of the
+          slowest.
+        * ``"asp"``, :class:`daskabsp.ASP`: as ``"ssp"`` without the bound.
+        * A policy object for other settings, e.g. ``daskabsp.ABSP.published()`` (A-BSP as
+          published: no helpers, no grace), ``daskabsp.ABSP(quorum=2)``,
+          ``daskabsp.SSP(staleness=10)``.
+"""
+_SYNC_ENTRY = re.compile(r"^    sync : .*?\n(?=    \w+ : |\n|\Z)", re.MULTILINE | re.DOTALL)
+
+
+def document_sync(doc: str | None) -> str | None:
+    """``doc`` with its ``sync`` parameter entry replaced by :data:`SYNC_DOC`."""
+    if not doc or not _SYNC_ENTRY.search(doc):
+        return doc
+    return _SYNC_ENTRY.sub(lambda _: SYNC_DOC, doc, count=1)
+
 
 class EngineMixin(CallbackSupportMixin):
     """Engine options shared by the estimators (see each estimator's docstring), and the
@@ -21,8 +55,14 @@ class EngineMixin(CallbackSupportMixin):
 
     Subclasses define ``sync``, ``n_partitions``, ``quota``, ``chunk_target`` and ``verbose``
     in their ``__init__``, and decorate ``fit`` with
-    :func:`~daskabsp.estimators._callbacks.fit_with_callbacks`.
+    :func:`~daskabsp.estimators._callbacks.fit_with_callbacks`. Their docstring's ``sync``
+    entry is replaced by :data:`SYNC_DOC`.
     """
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__doc__" in vars(cls):
+            cls.__doc__ = document_sync(cls.__doc__)
 
     def _sync_is_bsp(self) -> bool:
         return self.sync == "bsp" or isinstance(self.sync, BSP)

@@ -206,6 +206,19 @@ class KMeans(TransformerMixin, ClusterMixin, EngineMixin, BaseEstimator):
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
     history_ : xarray.Dataset
         The engine's record of the Lloyd rounds.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_blobs
+    >>> from daskabsp.estimators import KMeans
+    >>> X, _ = make_blobs(n_samples=3_000, centers=3, n_features=2, random_state=0)
+    >>> km = KMeans(n_clusters=3, random_state=0).fit(X)   # on the embedded cluster
+    >>> km.cluster_centers_.shape, km.labels_.shape
+    ((3, 2), (3000,))
+    >>> km.predict(X[:4]).shape, km.transform(X[:4]).shape
+    ((4,), (4, 3))
+    >>> float(km.score(X)) == -float(km.inertia_)
+    True
     """
 
     #: scikit-learn's estimator this one mirrors (its parameters, defaults and constraints).
@@ -332,6 +345,7 @@ class KMeans(TransformerMixin, ClusterMixin, EngineMixin, BaseEstimator):
         Returns
         -------
         self : object
+            The fitted estimator.
         """
         validate_params(self, self._parameter_constraints)
         data = validate_fit(self, X, None, sample_weight=sample_weight, needs_y=False)
@@ -404,6 +418,7 @@ class KMeans(TransformerMixin, ClusterMixin, EngineMixin, BaseEstimator):
         Returns
         -------
         ndarray or dask array of shape (n_samples, n_clusters)
+            Each row's distance to each center (a dask array when ``X`` is dask-backed).
         """
         check_is_fitted(self)
         return self._apply(X, _distances, self.n_clusters, np.float64)
@@ -420,6 +435,7 @@ class KMeans(TransformerMixin, ClusterMixin, EngineMixin, BaseEstimator):
         Returns
         -------
         float
+            Minus the inertia of ``X`` with respect to the centers.
         """
         check_is_fitted(self)
         Xv, lazy = validate_predict(self, X)

@@ -145,12 +145,33 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
 
     Examples
     --------
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
     >>> from daskabsp.estimators import LogisticRegression
-    >>> from sklearn.datasets import load_breast_cancer
-    >>> X, y = load_breast_cancer(return_X_y=True)
-    >>> clf = LogisticRegression(sync="bsp").fit(X, y)  # doctest: +SKIP
-    >>> clf.score(X, y)  # doctest: +SKIP
-    0.95...
+    >>> clf = LogisticRegression().fit(X, y)      # A-BSP, on the embedded cluster
+    >>> clf.coef_.shape, clf.classes_
+    ((1, 5), array([0, 1]))
+    >>> clf.predict_proba(X[:2]).shape, clf.predict(X[:2]).shape
+    ((2, 2), (2,))
+    >>> clf.score(X, y) > 0.8
+    True
+
+    The fit's record, one entry per round and partition:
+
+    >>> h = clf.history_
+    >>> h.sizes["round"] == int(clf.n_iter_[0])
+    True
+    >>> int(h.quota.sum("partition")[0])         # rows asked for in the first round
+    2000
+    >>> bool((h.rows <= h.quota).all())          # counted: fewer where a partition was cut
+    True
+
+    The same fit under BSP gives the same model (A-BSP's rounds may count fewer rows; both stop
+    at the tolerance):
+
+    >>> bsp = LogisticRegression(sync="bsp").fit(X, y)
+    >>> bool(abs(bsp.coef_ - clf.coef_).max() < 1e-2)
+    True
     """
 
     #: scikit-learn's estimator this one mirrors (its parameters, defaults and constraints).
@@ -318,6 +339,7 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
         Returns
         -------
         ndarray or dask array of shape (n_samples, n_classes)
+            Logarithms of the probabilities, columns in the order of ``classes_``.
         """
         check_is_fitted(self)
         return self._apply(X, self._log_proba, len(self.classes_))

@@ -99,6 +99,19 @@ default="auto"
     See Also
     --------
     sklearn.linear_model.Ridge : The in-process estimator this one mirrors.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskabsp.estimators import Ridge
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((2_000, 4))
+    >>> y = X @ [1.0, -2.0, 0.5, 0.0] + 3.0 + 0.1 * rng.standard_normal(2_000)
+    >>> reg = Ridge(alpha=1.0).fit(X, y)
+    >>> np.round(reg.coef_, 1) + 0.0, round(float(reg.intercept_), 1)
+    (array([ 1. , -2. ,  0.5,  0. ]), 3.0)
+    >>> reg.predict(X[:2]).shape, reg.score(X, y) > 0.99
+    ((2,), True)
     """
 
     #: scikit-learn's estimator this one mirrors (its parameters, defaults and constraints).
@@ -169,6 +182,7 @@ default="auto"
         Returns
         -------
         self : object
+            The fitted estimator.
         """
         validate_params(self, self._parameter_constraints)
         data = validate_fit(self, X, y, sample_weight=sample_weight, y_numeric=True)

@@ -98,6 +98,19 @@ class LinearSVC(LinearClassifierPredictMixin, ClassifierMixin, EngineMixin, Base
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
     history_ : xarray.Dataset
         The engine's record of the fit.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
+    >>> from daskabsp.estimators import LinearSVC
+    >>> svc = LinearSVC(sync="bsp").fit(X, y)
+    >>> svc.coef_.shape, svc.predict(X[:3]).shape
+    ((1, 5), (3,))
+    >>> svc.decision_function(X[:3]).shape
+    (3,)
+    >>> svc.score(X, y) > 0.8
+    True
     """
 
     #: scikit-learn's estimator this one mirrors (its parameters, defaults and constraints).
@@ -167,6 +180,7 @@ class LinearSVC(LinearClassifierPredictMixin, ClassifierMixin, EngineMixin, Base
         Returns
         -------
         self : object
+            The fitted estimator.
         """
         validate_params(self, self._parameter_constraints)
         data = validate_fit(self, X, y, sample_weight=sample_weight)

@@ -24,13 +24,37 @@ from sklearn.utils import check_consistent_length
 from sklearn.utils._param_validation import (
     Hidden,
     Interval,
-    InvalidParameterError,
     Options,
     StrOptions,
     validate_parameter_constraints,
 )
+from sklearn.utils._param_validation import InvalidParameterError as _SkInvalidParameterError
 
+import daskabsp
 from daskabsp import SYNC_NAMES, Policy, as_policy
+
+
+class InvalidParameterError(_SkInvalidParameterError):
+    """An estimator parameter with a value the estimator does not take.
+
+    Raised by ``fit`` (before anything is sent to the cluster) in scikit-learn's wording,
+    followed by the reason when scikit-learn's own estimator takes the value and daskabsp's
+    does not. A subclass of scikit-learn's ``InvalidParameterError``, itself both a
+    ``ValueError`` and a ``TypeError``: code that catches any of these catches it.
+
+    Examples
+    --------
+    >>> import textwrap
+    >>> from daskabsp.estimators import InvalidParameterError, LogisticRegression
+    >>> try:
+    ...     LogisticRegression(sync="fastest").fit([[0.0], [1.0]], [0, 1])
+    ... except InvalidParameterError as e:
+    ...     print(textwrap.fill(str(e), 79))
+    The 'sync' parameter of LogisticRegression must be a str among {...} or an
+    instance of 'daskabsp.Policy'. Got 'fastest' instead.
+    >>> issubclass(InvalidParameterError, ValueError)
+    True
+    """
 
 __all__ = [
     "BOOLEAN",
@@ -86,20 +110,32 @@ def validate_params(estimator, constraints: Mapping[str, list]) -> None:
         try:
             validate_parameter_constraints({name: options}, {name: params[name]},
                                            caller_name=name_of)
-        except InvalidParameterError as error:
+        except _SkInvalidParameterError as error:
+            message = _public_names(str(error), options)
             if name in reasons and name in theirs and _accepts(theirs[name], params[name]):
-                raise InvalidParameterError(f"{error} {reasons[name]}") from None
-            raise
+                message = f"{message} {reasons[name]}"
+            raise InvalidParameterError(message) from None
     _check_quota_with_sync(estimator, params)
     combinations = getattr(estimator, "_check_param_combinations", None)
     if combinations is not None:
         combinations()
 
 
+def _public_names(message: str, constraints: list) -> str:
+    """scikit-learn names a class by the module that defines it (``'daskabsp.policies.
+    Policy'``); the name users import (``'daskabsp.Policy'``) instead, for the classes
+    daskabsp exports."""
+    for c in constraints:
+        if isinstance(c, type) and getattr(daskabsp, c.__name__, None) is c:
+            message = message.replace(f"'{c.__module__}.{c.__qualname__}'",
+                                      f"'daskabsp.{c.__name__}'")
+    return message
+
+
 def _accepts(constraints: list, value) -> bool:
     try:
         validate_parameter_constraints({"p": constraints}, {"p": value}, caller_name="")
-    except InvalidParameterError:
+    except _SkInvalidParameterError:
         return False
     return True
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import re
 
-from daskabsp.lab.demo import main
+from daskabsp import ABSP
+from daskabsp.lab.demo import SYNCS, main
+
+
+def test_the_demo_labels_each_policy_by_what_it_is():
+    """"A-BSP as published" is :meth:`ABSP.published` (no helpers, a quorum of partitions,
+    no grace), not only ``helpers=False``; "A-BSP" is the default."""
+    assert SYNCS["A-BSP as published"] == ABSP.published()
+    assert SYNCS["A-BSP"] == ABSP()
 
 
 def test_demo_prints_whole_fit_times_for_every_sync_with_and_without_straggler(capsys):

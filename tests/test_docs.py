@@ -20,14 +20,15 @@ DOCS = ROOT / "docs"
 pytest.importorskip("sphinx")
 
 
-def _blocks_module():
-    spec = importlib.util.spec_from_file_location("docs_blocks", DOCS / "blocks.py")
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"docs_{name}", DOCS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # a dataclass looks its module up there
     spec.loader.exec_module(module)
     return module
 
 
-blocks = _blocks_module()
+blocks = _load("blocks")
 
 
 def test_sphinx_build_passes_with_warnings_as_errors(tmp_path):
@@ -43,6 +44,121 @@ def test_sphinx_build_passes_with_warnings_as_errors(tmp_path):
     api = (html / "api" / "engine.html").read_text()
     assert "daskabsp.fit" in api  # the reference lists the public names
     assert (html / "api" / "generated" / "daskabsp.estimators.LogisticRegression.html").exists()
+    check_estimator_pages(html)
+    check_gallery(html)
+
+
+def check_estimator_pages(html: Path) -> None:
+    """Every public method of every estimator is on the estimator's page (an entry of its
+    own, with its anchor), and so is every fitted attribute its docstring lists; the
+    estimators come first in the reference's index."""
+    import inspect
+
+    import daskabsp.estimators as est
+
+    estimators = [n for n in est.__all__ if hasattr(getattr(est, n), "fit")]
+    assert estimators
+    for name in estimators:
+        cls = getattr(est, name)
+        page = (html / "api" / "generated" / f"daskabsp.estimators.{name}.html").read_text()
+        methods = [m for m in dir(cls) if not m.startswith("_") and callable(getattr(cls, m))]
+        assert {"fit", "get_params", "set_params"} <= set(methods)
+        missing = [m for m in methods if f'id="daskabsp.estimators.{name}.{m}"' not in page]
+        assert not missing, f"{name}: methods missing from its page: {missing}"
+        doc = inspect.getdoc(cls)
+        attributes = re.findall(r"^(\w+_) : ", doc.split("Attributes\n----------", 1)[1],
+                                re.MULTILINE)
+        assert "history_" in attributes
+        assert all(f">{a}<" in page for a in attributes), name
+    index = (html / "api" / "index.html").read_text()
+    first = min(index.find(f"daskabsp.estimators.{n}.html") for n in estimators)
+    others = [index.find(f"daskabsp.{n}.html") for n in ("fit", "ABSP", "Program")]
+    assert 0 < first < min(i for i in others if i > 0)
+
+
+def check_gallery(html: Path) -> None:
+    """The gallery shows a card with a picture for every notebook of examples/."""
+    notebooks = sorted((ROOT / "examples").glob("*.ipynb"))
+    page = (html / "examples" / "index.html").read_text()
+    assert page.count('class="sd-card-img-top"') == len(notebooks)
+    for nb in notebooks:
+        assert f'href="{nb.stem}.html"' in page, nb.name
+        assert (html / "examples" / f"{nb.stem}.html").exists()
+
+
+# -- the API reference's examples -------------------------------------------------------------
+
+apiref = _load("apiref")
+
+
+def test_every_public_class_and_function_has_runnable_examples():
+    """Every class and function the reference lists has an Examples section, none of whose
+    lines is skipped (``python docs/apiref.py`` runs them all)."""
+    assert apiref.missing_examples() == []
+    skipped = [name for name, obj in apiref.documented()
+               if "+SKIP" in (obj.__doc__ or "").split("Examples", 1)[-1]]
+    assert skipped == []
+
+
+@pytest.mark.timeout(600)
+def test_api_examples_run(tmp_path):
+    proc = subprocess.run([sys.executable, str(DOCS / "apiref.py")], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
+    ran = [ln for ln in proc.stdout.splitlines() if " passed" in ln]
+    assert len(ran) == len(apiref.documented())
+
+
+def test_every_estimator_documents_every_sync_model():
+    """The ``sync`` entry of every estimator's docstring names each value ``sync=`` takes
+    and links the guide (it is written once, in ``estimators/_engine.py``)."""
+    import inspect
+
+    import daskabsp
+    import daskabsp.estimators as est
+
+    for name in est.__all__:
+        cls = getattr(est, name)
+        if not hasattr(cls, "fit"):
+            continue
+        entry = inspect.getdoc(cls).split("\nsync : ", 1)[1].split("\nn_partitions : ", 1)[0]
+        for sync in daskabsp.SYNC_NAMES:
+            assert f'"{sync}"' in entry and f"daskabsp.{sync.upper()}" in entry, (name, sync)
+        assert "Policy" in entry and "sync-models" in entry, name
+
+
+def test_docs_and_notebooks_import_nothing_private_from_scikit_learn():
+    texts = [*(p.read_text() for p in DOCS.rglob("*.md")),
+             *(p.read_text() for p in (ROOT / "examples").glob("*.ipynb")),
+             (ROOT / "README.md").read_text()]
+    assert not any("sklearn.utils._param_validation" in t for t in texts)
+
+
+def test_readme_types_no_measured_number():
+    """Outside its code, its program's output and its generated blocks, the README holds no
+    decimal number: a measured number is generated from its results file."""
+    text = blocks.BLOCK.sub("", (ROOT / "README.md").read_text())
+    text = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+    assert re.findall(r"\d+\.\d+", text) == []
+
+
+def test_the_capacity_bound_is_stated_with_the_numbers_it_bounds():
+    """The headline states, for every worker count with a core per worker, the most BSP /
+    A-BSP a sync model counting every row once per round can reach, next to the measured
+    range; a measured value above it is followed by the reason."""
+    doc = blocks.load("bench_fit_time")
+    if doc is None:
+        pytest.skip("bench_fit_time not measured")
+    text = blocks.GENERATORS["headline"]()
+    cores = doc["environment"]["cpu_count"]
+    facts = blocks.fit_time_facts(doc)
+    for (_, n), v in facts["persistent_speedup"].items():
+        if n <= cores:
+            bound = blocks.capacity_bound(n)
+            assert f"at most {bound:.2f}x" in text
+            if v > bound:
+                assert "Fits can pass both" in text
+    assert blocks.capacity_bound(2, 4.0) == 2.5
 
 
 # -- numbers ------------------------------------------------------------------------------

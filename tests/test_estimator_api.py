@@ -29,7 +29,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils import get_tags
 from sklearn.utils._param_validation import InvalidParameterError
 
-from daskabsp import ABSP, BSP, Policy
+from daskabsp import ABSP, BSP
 from daskabsp.estimators import KMeans, LinearSVC, LogisticRegression, Ridge
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,7 +123,7 @@ def test_feature_names_are_checked_at_predict(client, clf_data):
                                "the range (0.0, inf]. Got -1 instead."),
     (LogisticRegression(sync="fast"), "The 'sync' parameter of LogisticRegression must be a "
                                       "str among {...} or an instance of "
-                                      f"'{Policy.__module__}.Policy'. Got 'fast' instead."),
+                                      "'daskabsp.Policy'. Got 'fast' instead."),
     (LinearSVC(loss="log"), "The 'loss' parameter of LinearSVC must be a str among "
                             "{...}. Got 'log' instead."),
     (LogisticRegression(solver="liblinear"),

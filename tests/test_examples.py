@@ -29,14 +29,32 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 PROBES = {
     "straggler.ipynb": """
 import json
+import numpy as np
+hists = {name: clf.history_ for name, clf in fits.items()}
+maps = {"A-BSP": ax_rows, "A-BSP as published": ax_paper}
+paper = hists["A-BSP as published"]
+default = hists["A-BSP"]
+nxt = (paper.cursor + paper.rows) % paper.partition_size
 print(json.dumps({
     "lines": {line.get_label(): len(line.get_xdata()) for line in ax_obj.get_lines()},
-    "rounds": {"BSP": fits["bsp"].n_iter, "A-BSP": fits["absp"].n_iter},
-    "heat_map": list(ax_rows.get_images()[0].get_array().shape),
-    "partitions": fits["absp"].history.sizes["partition"],
-    "harvest_marks": len(ax_rows.collections[0].get_offsets()),
-    "harvested": int(fits["absp"].history.harvested.sum()),
-    "bsp_harvested": int(fits["bsp"].history.harvested.sum()),
+    "rounds": {name: int(clf.n_iter_[0]) for name, clf in fits.items()},
+    "history_rounds": {name: h.sizes["round"] for name, h in hists.items()},
+    "heat_maps": {name: list(ax.get_images()[0].get_array().shape) for name, ax in maps.items()},
+    "partitions": default.sizes["partition"],
+    "own_share_plotted": all(bool(np.allclose(
+        np.asarray(ax.get_images()[0].get_array()),
+        ((hists[name].rows - hists[name].helped_rows) / hists[name].quota)
+        .transpose("partition", "round").values)) for name, ax in maps.items()),
+    "harvest_marks": {name: len(ax.collections[0].get_offsets()) if ax.collections else 0
+                      for name, ax in maps.items()},
+    "harvested": {name: int(h.harvested.sum()) for name, h in hists.items()},
+    "cursor_rule": bool((paper.cursor.isel(round=slice(1, None)).values
+                         == nxt.isel(round=slice(0, -1)).values).all()),
+    "paper_helped": int(paper.helped_rows.sum()),
+    "helped_rounds_full": bool((default.rows.where(default.helped_rows > 0)
+                                == default.quota.where(default.helped_rows > 0))
+                               .where(default.helped_rows > 0, True).all()),
+    "coef_gap": max(float(np.abs(c.coef_ - fits["BSP"].coef_).max()) for c in fits.values()),
 }))
 """,
     "pipeline_grid_search.ipynb": """
@@ -128,13 +146,21 @@ def test_notebook_shows_what_it_says(executed):
     assert bars and all(b["bar_style"] == "success" and b["value"] == b["max"] >= 1
                         for b in bars), bars
     if name == "straggler.ipynb":
-        # One line per fit, one point per round; the heat map has a cell per partition and
-        # A-BSP round, and a mark per harvested partition (there are some).
-        assert data["lines"] == data["rounds"]
-        assert data["heat_map"] == [data["partitions"], data["rounds"]["A-BSP"]]
-        assert data["harvest_marks"] == data["harvested"] > 0
-        assert data["bsp_harvested"] == 0
-        assert [b["value"] for b in bars] == [data["rounds"]["BSP"], data["rounds"]["A-BSP"]]
+        # One line per fit, one point per round; a heat map per A-BSP fit with a cell per
+        # partition and round, showing the history's own share (rows - helped_rows) / quota,
+        # and a mark per harvested partition (there are some; none under BSP). The published
+        # rule's cursors follow the resume rule and it has no helpers; a helped partition's
+        # rows all count. The three fits reach the same model.
+        assert data["lines"] == data["rounds"] == data["history_rounds"]
+        for fit, shape in data["heat_maps"].items():
+            assert shape == [data["partitions"], data["rounds"][fit]]
+            assert data["harvest_marks"][fit] == data["harvested"][fit] > 0
+        assert data["own_share_plotted"]
+        assert data["harvested"]["BSP"] == 0
+        assert data["cursor_rule"] and data["paper_helped"] == 0
+        assert data["helped_rounds_full"]
+        assert data["coef_gap"] < 1e-2
+        assert [b["value"] for b in bars] == list(data["rounds"].values())
         stdout = "".join(o.get("text", "") for _, o in outputs(nb, "stream"))
         assert "dashboard: http://" in stdout
     elif name == "pipeline_grid_search.ipynb":

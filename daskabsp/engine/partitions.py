@@ -103,18 +103,23 @@ async def place(client, X, y, sample_weight, chunks: tuple[int, ...], *,
     """
     if not any(is_dask(a) for a in (X, y, sample_weight)):
         return await _scatter(client, X, y, sample_weight, chunks, silent)
-    arrays = [as_dask(a, chunks) for a in (X, y, sample_weight)]
-    present = [a for a in arrays if a is not None]
-    persisted = client.persist(present)
-    it = iter(persisted)
-    out = []
-    for a in arrays:
-        if a is None:
-            out.append([None] * len(chunks))
-            continue
-        p = next(it)
-        by_key = {f.key: f for f in futures_of(p)}
-        out.append([by_key[k] for k in flatten(p.__dask_keys__())])
+    held = in_memory_blocks(X, y, sample_weight)
+    if not is_dask(held[0]):
+        # X is a dask array made from a numpy array (``da.from_array(X)``): its graph is the
+        # data itself, and persisting it would send all of it through the scheduler (Dask's
+        # "Sending large graph" warning). Its blocks are scattered straight to the workers,
+        # as in-memory rows are; only a target or weights computed from it (a classifier's
+        # class codes, say: a vector) go through the scheduler.
+        lazy = [a if is_dask(a) else None for a in held]
+        parts = await _scatter(client, *(None if is_dask(a) else a for a in held), chunks,
+                               silent)
+        if any(a is not None for a in lazy):
+            cols = _persisted(client, lazy, chunks)
+            parts.y = cols[1] if lazy[1] is not None else parts.y
+            parts.sample_weight = cols[2] if lazy[2] is not None else parts.sample_weight
+            await wait_all(client, parts.futures)
+        return parts
+    out = _persisted(client, (X, y, sample_weight), chunks)
     parts = Partitions(out[0], out[1], out[2], chunks, int(X.shape[1]))
     if source is None or stuck is None or silent is None:
         await wait_all(client, parts.futures)
@@ -144,6 +149,106 @@ async def place(client, X, y, sample_weight, chunks: tuple[int, ...], *,
         workers = [w for w in workers if w not in quiet] or workers
         await asyncio.gather(*(move(client, parts, p, *source, workers[p % len(workers)])
                                for p in lost))
+
+
+class HeldRows:
+    """The rows of a dask array whose blocks are numpy arrays held in its graph, read as one
+    array (``shape``, ``ndim``, ``nbytes`` and row slices ``[a:b]``: a view when the rows lie
+    in one block)."""
+
+    def __init__(self, blocks: list[np.ndarray], shape: tuple[int, ...], dtype) -> None:
+        self.blocks = blocks
+        self.shape = shape
+        self.ndim = len(shape)
+        self.dtype = np.dtype(dtype)
+        self.nbytes = int(sum(b.nbytes for b in blocks))
+        self._starts = np.cumsum([0, *(b.shape[0] for b in blocks)])
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        a, b, _ = rows.indices(self.shape[0])
+        first = int(np.searchsorted(self._starts, a, side="right")) - 1
+        last = int(np.searchsorted(self._starts, b, side="left"))
+        parts = [blk[max(a - s, 0):b - s] for blk, s in
+                 zip(self.blocks[first:last], self._starts[first:last], strict=True)]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _held(a) -> HeldRows | None:
+    """``a``'s rows, if ``a`` is a dask array whose graph is its numpy blocks themselves
+    (one layer, every key a literal array), else None."""
+    graph = a.__dask_graph__()
+    if len(getattr(graph, "layers", ())) != 1:
+        return None
+    rows = []
+    for row in a.__dask_keys__():
+        blocks = []
+        for key in (row if a.ndim == 2 else [row]):
+            value = graph[key]
+            if type(value).__name__ == "DataNode":  # dask's wrapper of a literal
+                value = getattr(value, "value", None)
+            if not isinstance(value, np.ndarray):
+                return None
+            blocks.append(value)
+        rows.append(blocks[0] if len(blocks) == 1 else np.hstack(blocks))
+    return HeldRows(rows, tuple(int(n) for n in a.shape), a.dtype)
+
+
+def in_memory_rows(a) -> np.ndarray | None:
+    """The rows of a dask array made from an in-memory array, as that array.
+
+    ``dask.array.from_array(X)`` keeps ``X``'s blocks in its graph: computing on it through a
+    cluster sends them all to the scheduler. Its rows can be read here instead.
+
+    Parameters
+    ----------
+    a : dask array or any array
+        The array.
+
+    Returns
+    -------
+    ndarray or None
+        The rows, in one array, if ``a`` is a dask array whose graph holds its numpy blocks;
+        None otherwise (in-memory arrays, dask arrays computed on the cluster).
+
+    Examples
+    --------
+    >>> import numpy as np, dask.array as da
+    >>> import daskabsp
+    >>> y = np.arange(6)
+    >>> daskabsp.in_memory_rows(da.from_array(y, chunks=2))
+    array([0, 1, 2, 3, 4, 5])
+    >>> daskabsp.in_memory_rows(da.arange(6, chunks=2)) is None
+    True
+    """
+    if not is_dask(a):
+        return None
+    held = _held(a)
+    return None if held is None else held[0:held.shape[0]]
+
+
+def in_memory_blocks(*arrays) -> tuple:
+    """``arrays`` with each dask array whose graph holds its numpy blocks replaced by those
+    rows (:class:`HeldRows`); other arrays (in memory, or dask input computed on the
+    cluster) as given."""
+    return tuple(a if not is_dask(a) else (_held(a) or a) for a in arrays)
+
+
+def _persisted(client, arrays, chunks: tuple[int, ...]) -> list[list[Future | None]]:
+    """Per array of ``arrays`` (None stays None), the futures of its ``chunks`` row chunks,
+    persisted on the cluster (in-memory arrays through the graph: with dask ones only)."""
+    dasked = [as_dask(a, chunks) for a in arrays]
+    present = [a for a in dasked if a is not None]
+    persisted = client.persist(present)
+    it = iter(persisted)
+    out: list[list[Future | None]] = []
+    for a in dasked:
+        if a is None:
+            out.append([None] * len(chunks))
+            continue
+        p = next(it)
+        by_key = {f.key: f for f in futures_of(p)}
+        out.append([by_key[k] for k in flatten(p.__dask_keys__())])
+    return out
 
 
 async def _scatter(client, X, y, sample_weight, chunks: tuple[int, ...],

@@ -40,6 +40,17 @@ class FitResult:
         Rounds run (SSP, ASP: updates per partition, rounded up).
     converged : bool
         Whether the program's stopping rule (or ``tol``) was met before ``max_iter``.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
+    >>> import daskabsp
+    >>> res = daskabsp.fit(daskabsp.LogisticGD(), X, y, max_iter=200)
+    >>> res.converged, res.n_iter == res.history.sizes["round"]
+    (True, True)
+    >>> res.coef.shape
+    (6,)
     """
 
     coef: np.ndarray

@@ -42,7 +42,14 @@ class SlowWorkers(WorkerPlugin):
 
     Examples
     --------
-    >>> client.register_plugin(SlowWorkers({addr: 4.0}))  # doctest: +SKIP
+    >>> import daskabsp
+    >>> from distributed import Client, LocalCluster
+    >>> with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+    ...                   dashboard_address=":0") as cluster, Client(cluster) as client:
+    ...     slow = sorted(client.scheduler_info()["workers"])[0]
+    ...     plugin = daskabsp.SlowWorkers({slow: 4.0})
+    ...     _ = client.register_plugin(plugin)          # until unregistered
+    ...     _ = client.unregister_worker_plugin(plugin.name)
     """
 
     idempotent = False
@@ -75,6 +82,23 @@ def slow_workers(client, factors: Mapping[str, float]) -> Iterator[SlowWorkers]:
     client : distributed.Client
     factors : mapping of str to float
         Worker address (or name) to slowdown factor, see :class:`SlowWorkers`.
+
+    Examples
+    --------
+    >>> import daskabsp
+    >>> from distributed import Client, LocalCluster
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=200_000, n_features=20, random_state=0)
+    >>> with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+    ...                   dashboard_address=":0") as cluster, Client(cluster) as client:
+    ...     slow = sorted(client.scheduler_info()["workers"])[0]
+    ...     with daskabsp.slow_workers(client, {slow: 4.0}):
+    ...         res = daskabsp.fit(daskabsp.LogisticGD(), X, y, sync="absp", n_partitions=2,
+    ...                            max_iter=5, tol=None)
+    >>> h = res.history
+    >>> slow_partition = int(h.worker.isel(round=0).values.tolist().index(slow))
+    >>> bool(h.harvested.isel(partition=slow_partition)[1:].all())   # stopped every round
+    True
     """
     plugin = SlowWorkers(factors)
     client.register_plugin(plugin)
@@ -132,6 +156,13 @@ def pinned_workers(client, cores: Sequence[int] | None = None) -> Iterator[dict[
     """
     if not hasattr(os, "sched_setaffinity"):
         raise RuntimeError("pinned_workers needs os.sched_setaffinity (Linux).")
+    from ..cluster import in_process
+
+    if in_process(client):
+        # pinning an in-process worker would pin the whole fitting process
+        raise RuntimeError("pinned_workers needs worker processes; this client's workers run "
+                           "in this process (e.g. the embedded cluster's default). Start a "
+                           "LocalCluster(processes=True).")
     addrs = worker_addresses(client)
     if cores is None:  # the cores the workers may use (already pinned ones: together)
         cores = sorted(set().union(*client.run(_usable_cpus, workers=addrs).values()))

@@ -44,6 +44,18 @@ class FitInfo:
         What the fit reports to callbacks: rounds (BSP, A-BSP), or updates of one
         partition each (SSP, ASP; ``max_iter`` then counts updates, and each update is
         reported as a "round" of one partition).
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
+    >>> import daskabsp
+    >>> class Announce(daskabsp.RoundCallback):
+    ...     def on_fit_begin(self, info):
+    ...         print(info.sync, info.program, info.n_samples, info.n_partitions)
+    >>> res = daskabsp.fit(daskabsp.LogisticGD(), X, y, sync="bsp", n_partitions=2,
+    ...                    max_iter=2, callback=Announce())
+    bsp logreg 2000 2
     """
 
     max_iter: int
@@ -84,6 +96,19 @@ class RoundInfo:
     elapsed : float
         Seconds since the fit's first round started, callback time excluded (the history's
         ``wall_time``).
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
+    >>> import daskabsp
+    >>> class Rows(daskabsp.RoundCallback):
+    ...     def on_round_end(self, info):
+    ...         print(info.round, info.rows, info.rows_asked)
+    >>> res = daskabsp.fit(daskabsp.LogisticGD(), X, y, sync="bsp", max_iter=2, tol=None,
+    ...                    callback=Rows())
+    0 2000 2000
+    1 2000 2000
     """
 
     round: int
@@ -109,6 +134,29 @@ class RoundCallback:
     Override any of the methods; the defaults do nothing. All are called in the process that
     called :func:`daskabsp.fit` (in its thread, with a synchronous client), never inside a
     partition task.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
+    >>> import daskabsp
+    >>> class StopBelow(daskabsp.RoundCallback):
+    ...     def __init__(self, level):
+    ...         self.level = level
+    ...     def on_round_end(self, info):
+    ...         return info.objective < self.level      # True stops the fit
+    >>> res = daskabsp.fit(daskabsp.LogisticGD(), X, y, max_iter=100, tol=None,
+    ...                    callback=StopBelow(0.5))
+    >>> res.n_iter < 100, res.converged
+    (True, False)
+
+    A plain function works too: ``callback(round, coef, objective)``.
+
+    >>> seen = []
+    >>> res = daskabsp.fit(daskabsp.LogisticGD(), X, y, max_iter=3, tol=None,
+    ...                    callback=lambda r, coef, obj: seen.append(r))
+    >>> seen
+    [0, 1, 2]
     """
 
     def on_fit_begin(self, info: FitInfo) -> None:
@@ -268,9 +316,15 @@ class ProgressBar(RoundCallback):
 
     Examples
     --------
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
+    >>> import io
     >>> import daskabsp
-    >>> res = daskabsp.fit(program, X, y, callback=daskabsp.ProgressBar())  # doctest: +SKIP
-    logreg absp:  12%|█▏        | 12/100 [00:01<00:11, 7.6round/s, obj=0.3121, rows=64%, ...]
+    >>> out = io.StringIO()
+    >>> res = daskabsp.fit(daskabsp.LogisticGD(), X, y, max_iter=5, tol=None,
+    ...                    callback=daskabsp.ProgressBar(file=out))
+    >>> "5/5" in out.getvalue()
+    True
     """
 
     def __init__(self, *, desc: str | None = None, file: IO[str] | None = None,

@@ -316,8 +316,16 @@ def plot_objectives(histories: Mapping[str, xr.Dataset] | Iterable[xr.Dataset],
 
     Examples
     --------
-    >>> fits = {s: daskabsp.fit(program, X, y, sync=s) for s in ["bsp", "absp"]}  # doctest: +SKIP
-    >>> daskabsp.plot_objectives({s: r.history for s, r in fits.items()})  # doctest: +SKIP
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> import daskabsp
+    >>> fits = {s: daskabsp.fit(daskabsp.LogisticGD(), X, y, sync=s, max_iter=10, tol=None)
+    ...         for s in ("bsp", "absp")}
+    >>> ax = daskabsp.plot_objectives({s: r.history for s, r in fits.items()})
+    >>> [line.get_label() for line in ax.get_lines()]
+    ['bsp', 'absp']
     """
     items = (list(histories.items()) if isinstance(histories, Mapping)
              else [(None, h) for h in histories])

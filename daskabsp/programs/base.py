@@ -32,6 +32,15 @@ class PartitionStats:
         For programs with ``split_at_wrap``: the statistics over rows ``start .. size - 1``
         when the scan reached the partition's last row (the rows after the wrap have
         ``stats - stats_before_wrap``); None when it did not, or for other programs.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from daskabsp.programs import PartitionStats
+    >>> part = PartitionStats(partition=0, start=900, rows=200, size=1_000,
+    ...                       stats=np.zeros(3))
+    >>> (part.start + part.rows) % part.size    # where its next scan starts: it wrapped
+    100
     """
 
     partition: int
@@ -62,6 +71,34 @@ class Program(ABC):
     partition did process are exact for those rows. A program object is shipped to every
     partition task: keep its attributes small (hyper-parameters), and keep what the driver
     needs between rounds in ``state``.
+
+    Examples
+    --------
+    A program that counts the rows and sums ``y`` (one round is enough):
+
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
+    >>> import numpy as np
+    >>> import daskabsp
+    >>> from daskabsp.programs import Program
+    >>> class MeanOfY(Program):
+    ...     name = "mean-y"
+    ...     def init(self, n_features, n_rows):
+    ...         return np.zeros(1)                   # the driver's state: the mean so far
+    ...     def new_stats(self, params):
+    ...         return np.zeros(2)                   # rows, sum of y
+    ...     def accumulate(self, acc, params, X, y, sample_weight):
+    ...         acc[0] += len(y)
+    ...         acc[1] += y.sum()
+    ...     def update(self, state, stats, n_rows):
+    ...         return np.array([stats[1] / stats[0]])
+    ...     def objective(self, state, stats, n_rows):
+    ...         return 0.0
+    ...     def converged(self, state):
+    ...         return True                          # stop after one round
+    >>> res = daskabsp.fit(MeanOfY(), X, y.astype(float), sync="bsp")
+    >>> bool(np.isclose(res.coef[0], y.mean()))
+    True
     """
 
     #: Short name used in task keys and the fit history.

@@ -92,6 +92,20 @@ class LloydKMeans(Program):
         Initial centers.
     tol : float, default=1e-4
         Absolute tolerance on the squared center shift.
+
+    Examples
+    --------
+    >>> import daskabsp
+    >>> import numpy as np
+    >>> from daskabsp.programs import LloydKMeans
+    >>> from sklearn.datasets import make_blobs
+    >>> X, _ = make_blobs(n_samples=3_000, centers=[[0, 0], [5, 5]], random_state=0)
+    >>> res = daskabsp.fit(LloydKMeans(initial_centers=X[[0, 1]]), X, sync="bsp")
+    >>> res.converged
+    True
+    >>> np.round(np.sort(res.coef, axis=0)) + 0.0     # the two centers
+    array([[0., 0.],
+           [5., 5.]])
     """
 
     name: ClassVar[str] = "kmeans"

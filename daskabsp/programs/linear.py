@@ -119,6 +119,19 @@ class LinearNewton(NewtonProgram):
         Number of one-vs-rest problems.
     l2, l2_intercept, fit_intercept, tol, max_hessian, hessian_stride
         See :class:`~daskabsp.programs.newton.NewtonProgram`.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
+    >>> import daskabsp
+    >>> from daskabsp.programs import LinearNewton
+    >>> prog = LinearNewton(loss="logistic", l2=1.0 / len(y))   # LogisticRegression(C=1)
+    >>> res = daskabsp.fit(prog, X, y, sync="bsp")
+    >>> res.converged, res.n_iter < 20
+    (True, True)
+    >>> res.coef.shape                          # one block: 5 weights and the intercept
+    (1, 6)
     """
 
     loss: str = "logistic"

@@ -44,6 +44,19 @@ class LogisticGD(Program):
         Inverse regularisation strength, as in scikit-learn.
     accelerated : bool, default=True
         Use Nesterov's accelerated gradient.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2_000, n_features=5, random_state=0)
+    >>> import daskabsp
+    >>> from daskabsp.programs import LogisticGD
+    >>> res = daskabsp.fit(LogisticGD(C=1.0), X, y, max_iter=300)
+    >>> res.converged
+    True
+    >>> w, b = res.coef[:-1], res.coef[-1]      # weights, then the intercept
+    >>> w.shape
+    (5,)
     """
 
     name: ClassVar[str] = "logreg"

@@ -59,6 +59,17 @@ class MultinomialNewton(NewtonProgram):
         Number of classes.
     l2, l2_intercept, fit_intercept, tol, max_hessian, hessian_stride
         See :class:`~daskabsp.programs.newton.NewtonProgram`.
+
+    Examples
+    --------
+    >>> import daskabsp
+    >>> from daskabsp.programs import MultinomialNewton
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=3_000, n_features=6, n_informative=4,
+    ...                            n_classes=3, random_state=0)
+    >>> res = daskabsp.fit(MultinomialNewton(n_classes=3, l2=1.0 / len(y)), X, y)
+    >>> res.converged, res.coef.shape           # per class: 6 weights and the intercept
+    (True, (3, 7))
     """
 
     n_classes: int = 3

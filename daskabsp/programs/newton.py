@@ -272,6 +272,16 @@ class NewtonProgram(Program):
         With a full Hessian: estimate it from one row in ``hessian_stride`` of each chunk
         (1: the exact Hessian; the value and gradient always use every row). None: chosen
         each round by the measured cost model of :func:`choose_stride`.
+
+    Examples
+    --------
+    >>> from daskabsp.programs import LinearNewton, MultinomialNewton, NewtonProgram
+    >>> issubclass(LinearNewton, NewtonProgram), issubclass(MultinomialNewton, NewtonProgram)
+    (True, True)
+    >>> LinearNewton(l2=0.01).curvature(51).kind        # 51 parameters: the whole Hessian
+    'full'
+    >>> LinearNewton(l2=0.01).curvature(5_001).kind     # beyond max_hessian: L-BFGS steps
+    'lbfgs'
     """
 
     name: ClassVar[str] = "newton"
