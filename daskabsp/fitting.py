@@ -19,11 +19,12 @@ import scipy.sparse as sp
 from . import config
 from .cluster import blas_per_worker, get_client
 from .engine.caller import run_sync, seceded
+from .engine.context import FitOptions
 from .engine.link import Link
 from .engine.partitions import Partitions, is_dask, row_chunks
 from .engine.partitions import place as place_rows
 from .engine.placement import Placement
-from .engine.run import FitOptions, FitResult, FitRun, Rows
+from .engine.run import FitResult, FitRun, Rows
 from .extension import silent_of
 from .monitor.callbacks import CallbackArg, CallbackList, ProgressBar, as_callbacks
 from .policies import Policy, as_policy
@@ -379,6 +380,7 @@ def _prepare(program: Program, X, y=None, *, sample_weight=None, sync="absp", ma
     check_real(tol, "tol", owner, none_ok=True)
     check_int(n_partitions, "n_partitions", owner, none_ok=True)
     check_quota(quota, owner)
+    policy.check_quota(quota, owner)
     check_real(chunk_target, "chunk_target", owner, closed=False, none_ok=True)
     check_int(int(verbose) if isinstance(verbose, bool) else verbose, "verbose", owner, low=0)
     callbacks = as_callbacks(callback)

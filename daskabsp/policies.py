@@ -102,6 +102,16 @@ class Policy:
     def check(self, n_partitions: int) -> None:
         """Raise ``ValueError`` if the policy cannot run over ``n_partitions`` partitions."""
 
+    def check_quota(self, quota, owner: str = "fit") -> None:
+        """Raise ``ValueError`` if ``quota`` (rows per round) cannot go with this policy: a
+        policy without rounds (SSP, ASP) replaces a partition's whole statistics with each
+        update, so only None is allowed."""
+        if quota is not None and not self.rounds:
+            raise ValueError(
+                f"The 'quota' parameter of {owner} must be None with sync={self!r} (each of its "
+                f"updates replaces a partition's whole statistics; use more partitions for "
+                f"smaller updates). Got {quota!r} instead.")
+
     @property
     def staleness_bound(self) -> int | None:
         """Clocks a partition may run ahead of the slowest one (policies without global

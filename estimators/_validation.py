@@ -153,17 +153,16 @@ def reject(estimator, name: str, must_be: str, why: str) -> InvalidParameterErro
 
 def _check_quota_with_sync(estimator, params: dict) -> None:
     """A quota (rows per round) has no meaning without rounds (SSP, ASP): refused here,
-    before any work, as the engine would refuse it."""
+    before any work, by the policy's own rule (:meth:`daskabsp.Policy.check_quota`)."""
     if params.get("quota") is None or "sync" not in params:
         return
     sync = params["sync"]
     policy = sync if isinstance(sync, Policy) else _POLICIES.get(sync)
-    if policy is not None and not policy.rounds:
-        raise InvalidParameterError(
-            f"The 'quota' parameter of {type(estimator).__name__} must be None with "
-            f"sync={sync!r} (its updates replace a partition's whole statistics). Got "
-            f"{params['quota']!r} instead."
-        )
+    if policy is not None:
+        try:
+            policy.check_quota(params["quota"], type(estimator).__name__)
+        except ValueError as e:
+            raise InvalidParameterError(str(e)) from None
 
 
 def check_sample_weight(sample_weight, n_samples: int) -> np.ndarray:

@@ -161,7 +161,8 @@ def test_estimators_reach_the_optimum_under_a_straggler(client, data, optima, bl
 
 def test_quota_is_refused_before_anything_runs(client, data):
     X, y = data
-    with pytest.raises(ValueError, match=r"quota=0\.5 does not apply to SSP"):
+    with pytest.raises(ValueError, match=r"The 'quota' parameter of fit must be None with "
+                                         r"sync=SSP\(staleness=3\).*Got 0\.5 instead"):
         fit(LogisticGD(), X, y, sync="ssp", quota=0.5)
 
 

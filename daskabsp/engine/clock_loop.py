@@ -32,13 +32,13 @@ from .. import config
 from ..extension import PartialResult, RoundId
 from ..programs.base import PartitionStats
 from .clocks import ClockBook, Lease, Update
+from .context import FitContext, FitLoop
 from .link import ScanTask
-from .membership import Membership, balance
+from .membership import Membership
 from .observe import UpdateRecord
 
 if TYPE_CHECKING:
     from .placement import Placement
-    from .run import FitRun
 
 logger = logging.getLogger(__name__)
 
@@ -54,27 +54,24 @@ class _Task:
     submitted: float  # time.perf_counter()
 
 
-class ClockLoop:
+class ClockLoop(FitLoop):
     """The updates of one fit under a policy without global rounds (SSP, ASP).
 
     Parameters
     ----------
-    fit : FitRun
+    ctx : FitContext
         The fit (its program, policy, options, link and watchers).
     placement : Placement
         Where its rows are.
     """
 
-    #: No helper phase: a task always scans its whole partition.
-    helpers = None
+    unit = "update"
 
-    def __init__(self, fit: FitRun, placement: Placement) -> None:
-        self.fit = fit
-        self.placement = placement
+    def __init__(self, ctx: FitContext, placement: Placement) -> None:
+        super().__init__(ctx, placement)
         n = len(placement)
-        self.book = ClockBook(n, fit.policy.staleness_bound, fit.options.max_iter * n)
+        self.book = ClockBook(n, ctx.policy.staleness_bound, ctx.options.max_iter * n)
         self.membership: Membership | None = None
-        self.rids: list[RoundId] = []  # nothing is stopped at a quorum: no round times
         self.chunk_rows: list[int | None] = [None] * n
         self.ran_on: list[str] = []
         self._tasks: dict[Any, _Task] = {}
@@ -88,18 +85,24 @@ class ClockLoop:
         """Updates applied per partition, rounded up (the fit's rounds' worth of work)."""
         return self.book.clocks_run()
 
+    @property
+    def max_steps(self) -> int:
+        return self.ctx.options.max_iter * len(self.placement)
+
+    def attrs(self) -> dict:
+        bound = self.ctx.policy.staleness_bound
+        return {"replicas": 0, "staleness_bound": -1 if bound is None else int(bound)}
+
     async def start(self) -> None:
         """Who the workers are, and where each partition runs."""
-        self.membership = await Membership.start(self.fit.link)
-        self.placement.owner = balance(await self.placement.locations(),
-                                       self.membership.threads)
+        self.membership = await Membership.start(self.ctx.link, self.placement)
         self.ran_on = list(self.placement.owner)
 
     async def run(self, state) -> tuple[Any, bool]:
         """Apply updates from ``state`` until the program converges, a callback stops the
         fit or ``max_iter`` updates per partition have been applied; returns the last state
         and whether it converged."""
-        ac = as_completed(loop=self.fit.client.loop)
+        ac = as_completed(loop=self.ctx.link.client.loop)
         try:
             await self._submit(state, ac)
             while self._tasks:
@@ -115,7 +118,7 @@ class ClockLoop:
                 await self._submit(state, ac)
             return state, False
         except asyncio.CancelledError:  # Ctrl-C, or the caller cancelled the fit
-            await self.fit.link.halt()
+            await self.ctx.link.halt()
             raise
         finally:
             await self._close()
@@ -127,18 +130,17 @@ class ClockLoop:
         ready = self.book.ready()
         if not ready:
             return
-        fit, book = self.fit, self.book
-        params = fit.program.params(state)
+        ctx, book = self.ctx, self.book
+        params = ctx.program.params(state)
         arg = await self._params_arg(params)
         for p in ready:
             lease = book.start(p)
-            rid = RoundId(fit.fit_id, lease.clock, lease.attempt)
+            rid = RoundId(ctx.fit_id, lease.clock, lease.attempt)
             task = ScanTask(p, self.placement.data(p), self.placement.owner[p], -lease.clock,
                             0, self.placement.sizes[p], self.chunk_rows[p])
-            (fut,) = fit.link.submit_round(rid, 0, arg, [task], fit.options.chunk_target)
+            (fut,) = ctx.link.submit_round(rid, 0, arg, [task], ctx.options.chunk_target)
             self._tasks[fut.key] = _Task(lease, fut, params, rid, time.perf_counter())
             ac.add(fut)
-        self._in_flight()
 
     async def _params_arg(self, params):
         """The newest version's parameters as tasks take them (scattered once per version
@@ -147,7 +149,7 @@ class ClockLoop:
         if self._shared is not None and self._shared[0] == version:
             return self._shared[1]
         self._release_shared()
-        arg = await self.fit.link.shared_params(params, RoundId(self.fit.fit_id, version))
+        arg = await self.ctx.link.shared_params(params, RoundId(self.ctx.fit_id, version))
         self._shared = (version, arg)
         return arg
 
@@ -155,10 +157,6 @@ class ClockLoop:
         if self._shared is not None and isinstance(self._shared[1], Future):
             self._shared[1].release()
         self._shared = None
-
-    def _in_flight(self) -> None:
-        self.fit.link.in_flight = sorted({t.rid for t in self._tasks.values()},
-                                         key=lambda r: (r.round, r.attempt))
 
     # -- collecting ----------------------------------------------------------------------------
 
@@ -186,13 +184,13 @@ class ClockLoop:
                 logger.info("daskabsp: partition %d's update %d (attempt %d), given up on, "
                             "came back late; not applied", late.lease.partition,
                             late.lease.clock, late.lease.attempt)
-            fut.release()
+            self.ctx.link.release([fut])
             return None
         try:
-            (res,) = await self.fit.link.gather([fut])
+            (res,) = await self.ctx.link.gather([fut])
             return task, res
         except (KilledWorker, FutureCancelledError) as e:
-            self.fit.link.journal.note(
+            self.ctx.link.journal.note(
                 logger, logging.WARNING, "partition %d's update %d lost data with a worker "
                 "(%r); its rows placed again, the update resubmitted", task.lease.partition,
                 task.lease.clock, e)
@@ -200,8 +198,7 @@ class ClockLoop:
             await self.placement.recover()
             return None
         finally:
-            fut.release()
-            self._in_flight()
+            self.ctx.link.release([fut])
 
     async def _give_up_stuck(self) -> bool:
         """Give up on the tasks waiting on workers not heard from for
@@ -211,7 +208,7 @@ class ClockLoop:
         Asked only once a task has been out that long, and never when no other worker
         answers either: that is a busy machine (or scheduler), not a frozen worker, and
         there would be nowhere to move the partitions to."""
-        link, after = self.fit.link, config.seconds("unresponsive-after")
+        link, after = self.ctx.link, config.seconds("unresponsive-after")
         now = time.perf_counter()
         if not any(now - t.submitted >= after for t in self._tasks.values()):
             return False
@@ -227,8 +224,7 @@ class ClockLoop:
                 self._late[key] = task  # kept: if it ever returns, it is seen and dropped
         if not late:
             return False
-        self._in_flight()
-        await self.membership.after_round(link, self.placement, self.ran_on, late,
+        await self.membership.after_round(self.placement, self.ran_on, late,
                                           self.book.slowest)
         self.ran_on = list(self.placement.owner)
         return True
@@ -239,7 +235,7 @@ class ClockLoop:
                      update: Update) -> tuple[Any, bool | None]:
         """Apply ``update`` and tell the watchers; the new state, and whether the fit stops
         here (True: converged, False: a callback asked; None: go on)."""
-        fit, program = self.fit, self.fit.program
+        ctx, program = self.ctx, self.ctx.program
         p = task.lease.partition
         size = self.placement.sizes[p]
         piece = PartitionStats(p, 0, res.rows, size, res.stats, res.stats_before_wrap)
@@ -250,18 +246,18 @@ class ClockLoop:
         coef = program.coefficients(state)
         owners = list(self.placement.owner)
         owners[p] = self.ran_on[p]
-        if await fit.observers.update_end(UpdateRecord(
+        if await ctx.observers.update_end(UpdateRecord(
                 update, obj, res, size, owners, coef,
-                coef if fit.options.record_params else None, fit.link.journal.take())):
+                coef if ctx.options.record_params else None, ctx.link.journal.take())):
             return state, False
         prev = self._objectives[0] if len(self._objectives) == self._objectives.maxlen \
             else None
         self._objectives.append(obj)
-        if fit.converged(state, obj, prev):
-            fit.observers.converged(update.applied + 1)
+        if ctx.converged(state, obj, prev):
+            ctx.observers.converged(update.applied + 1)
             return state, True
-        self.membership.poll(fit.link)
-        await self.membership.after_round(fit.link, self.placement, self.ran_on, {},
+        self.membership.poll()
+        await self.membership.after_round(self.placement, self.ran_on, {},
                                           task.lease.clock)
         self.ran_on = list(self.placement.owner)
         return state, None
@@ -274,10 +270,9 @@ class ClockLoop:
             self._next = None
         tasks, self._tasks = list(self._tasks.values()), {}
         late, self._late = list(self._late.values()), {}
-        link = self.fit.link
+        link = self.ctx.link
         if tasks:
             await link.stop(sorted({t.rid for t in tasks}, key=lambda r: (r.round, r.attempt)))
         if tasks or late:
             await link.cancel([t.future for t in [*tasks, *late]])
-        link.in_flight = []
         self._release_shared()

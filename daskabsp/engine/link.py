@@ -229,7 +229,7 @@ class Link:
         self.fit_id = fit_id
         self.program = program
         self.path = path
-        self.in_flight: list[RoundId] = []  # the rounds whose tasks may be running
+        self._live: dict = {}  # key -> round of the tasks submitted and not yet let go
         self._halted: asyncio.Future | None = None
         #: Seconds a wave of tasks (a round's own tasks, or its helpers') costs beyond its
         #: longest task's scan, smoothed over the waves collected (None before the first):
@@ -239,6 +239,27 @@ class Link:
         #: What the engine did on its own since the last recorded round (every room notes
         #: there; the round's record takes the notes).
         self.journal = Journal()
+
+    @property
+    def in_flight(self) -> list[RoundId]:
+        """The rounds whose tasks may be running: submitted here, and not yet collected,
+        gathered, cancelled or released here (the link is the one writer of this)."""
+        return sorted(set(self._live.values()), key=lambda r: (r.round, r.attempt, r.phase))
+
+    def _track(self, rid: RoundId, futs: list[Future]) -> list[Future]:
+        for f in futs:
+            self._live[f.key] = rid
+        return futs
+
+    def _let_go(self, futs) -> None:
+        for f in futs:
+            self._live.pop(f.key, None)
+
+    def release(self, futs: list[Future]) -> None:
+        """Release ``futs`` (tasks whose results are not needed)."""
+        self._let_go(futs)
+        for f in futs:
+            f.release()
 
     @classmethod
     async def open(cls, client, fit_id: str, program) -> Link:
@@ -283,7 +304,7 @@ class Link:
                                     priority=prio, **kwargs)
                        for key, args, kwargs, w, prio in calls]
         futs = {t.partition: f for t, f in zip(tasks, got, strict=True)}
-        return [futs[p] for p in sorted(futs)]
+        return self._track(rid, [futs[p] for p in sorted(futs)])
 
     def _submit_graph(self, func, calls: list[tuple]) -> list[Future]:
         """``func`` called once per ``(key, args, kwargs, worker, priority)`` of ``calls``,
@@ -309,10 +330,11 @@ class Link:
         prefix = rid.key_prefix(self.program.name)
         self._submitted[str(rid)] = time.perf_counter()
         with self._annotated(rid, 0):
-            return [self._submit("pieces", run_pieces, self.path.program(self.program),
-                                 params, args, round_id=str(rid), chunk_target=chunk_target,
-                                 key=(prefix, i), workers=[w])
-                    for i, (w, args) in enumerate(batches)]
+            return self._track(rid, [
+                self._submit("pieces", run_pieces, self.path.program(self.program), params,
+                             args, round_id=str(rid), chunk_target=chunk_target,
+                             key=(prefix, i), workers=[w])
+                for i, (w, args) in enumerate(batches)])
 
     def submit_check(self, block: Future) -> Future:
         """A task that says whether ``block`` holds only finite values."""
@@ -352,7 +374,9 @@ class Link:
         it waits leaves distributed's waiters behind, which raise when the futures are
         released; :func:`~daskabsp.engine.partitions.wait_all`'s end quietly)."""
         await wait_all(self.client, futs)
-        return await self.client.gather(futs)
+        got = await self.client.gather(futs)
+        self._let_go(futs)  # (not when cancelled: a halt still has to stop them)
+        return got
 
     async def collect(self, futs: list[Future], rid: RoundId, cursors: list[int], *,
                       quorum: int, settle: bool, deadline: float | None = None) -> Collected:
@@ -374,6 +398,7 @@ class Link:
         else:
             got = await self._collect_by(deadline, futs, rid, cursors, quorum=quorum,
                                          settle=settle)
+        self._let_go(futs)
         self._timed(str(rid), got.results)
         return got
 
@@ -456,7 +481,8 @@ class Link:
                          set(ans["occupied"]))
 
     async def cancel(self, futs: list[Future]) -> None:
-        """Release ``futs`` on the cluster (a round being retried)."""
+        """Cancel ``futs`` on the cluster (a round being retried, a fit that ended)."""
+        self._let_go(futs)
         await self.client.cancel(futs)
 
     # -- stopping ------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from distributed.scheduler import KilledWorker
 from .. import config
 from ..extension import PartialResult, RoundId
 from .book import PartitionBook, quotas_of
+from .context import FitContext, FitLoop
 from .helpers import Helped, HelperPhase
 from .link import ScanTask
 from .membership import Membership
@@ -28,7 +29,6 @@ from .plan import Outcome, RoundPlan, plan_round, settle, spread
 
 if TYPE_CHECKING:
     from .placement import Placement
-    from .run import FitRun
 
 logger = logging.getLogger(__name__)
 
@@ -62,42 +62,48 @@ class RoundRun:
         return [res.worker or w for res, w in zip(self.owned, owner, strict=True)]
 
 
-class RoundLoop:
+class RoundLoop(FitLoop):
     """The rounds of one fit under a policy with global rounds.
 
     Parameters
     ----------
-    fit : FitRun
+    ctx : FitContext
         The fit (its program, policy, options, link and watchers).
     placement : Placement
         Where its rows are.
     """
 
-    def __init__(self, fit: FitRun, placement: Placement) -> None:
-        self.fit = fit
-        self.placement = placement
+    unit = "round"
+
+    def __init__(self, ctx: FitContext, placement: Placement) -> None:
+        super().__init__(ctx, placement)
         sizes = placement.sizes
-        self.book = PartitionBook(sizes, quotas_of(fit.options.quota, sizes))
+        self.book = PartitionBook(sizes, quotas_of(ctx.options.quota, sizes))
         self.membership: Membership | None = None
         self.helpers: HelperPhase | None = None
-        self.rids: list[RoundId] = []
+
+    @property
+    def n_iter(self) -> int:
+        return len(self.rids)
+
+    def attrs(self) -> dict:
+        return {"replicas": int(config.get("replicas")) if self.helpers is not None else 0}
 
     async def start(self) -> None:
         """Who the workers are, where each partition runs, and the helpers' prices."""
-        fit, placement = self.fit, self.placement
-        self.membership = await Membership.start(fit.link)
-        await self.membership.assign(placement)
-        if fit.policy.helped and int(config.get("replicas")) > 0:
+        ctx, placement = self.ctx, self.placement
+        self.membership = await Membership.start(ctx.link, placement)
+        if ctx.policy.helped and int(config.get("replicas")) > 0:
             self.helpers = HelperPhase(len(placement), await placement.copy_seconds(),
-                                       fit.options.chunk_target, fit.program.combine)
+                                       ctx.options.chunk_target, ctx.program.combine)
 
     async def run(self, state) -> tuple[Any, bool]:
         """Run rounds from ``state`` until the program converges, a callback stops the fit
         or ``max_iter`` rounds have run; returns the last state and whether it converged."""
-        fit, book, obs = self.fit, self.book, self.fit.observers
-        program, policy = fit.program, fit.policy
+        ctx, book, obs = self.ctx, self.book, self.ctx.observers
+        program, policy = ctx.program, ctx.policy
         prev = None
-        for r in range(fit.options.max_iter):
+        for r in range(ctx.options.max_iter):
             await obs.round_begin(r, program.coefficients(state))
             params = program.params(state)
             plan = plan_round(policy, book.quotas, book.sizes, helpers=self.helpers is not None,
@@ -114,15 +120,15 @@ class RoundLoop:
             cursors = tuple(book.cursor)
             book.record(settled.cursors, settled.counted, ran.owned,
                         probe_rows=int(config.get("probe-rows")),
-                        chunk_target=fit.options.chunk_target)
-            await self.membership.after_round(fit.link, self.placement,
+                        chunk_target=ctx.options.chunk_target)
+            await self.membership.after_round(self.placement,
                                               ran.ran_on(self.placement.owner), ran.late, r)
             if await obs.round_end(RoundRecord(
-                    r, obj, program.params_array(params) if fit.options.record_params else None,
+                    r, obj, program.params_array(params) if ctx.options.record_params else None,
                     plan.quotas, cursors, ran.owned, outcomes, settled,
-                    program.coefficients(state), fit.link.journal.take())):
+                    program.coefficients(state), ctx.link.journal.take())):
                 return state, False
-            if fit.converged(state, obj, prev):
+            if ctx.converged(state, obj, prev):
                 obs.converged(r + 1)
                 return state, True
             prev = obj
@@ -131,11 +137,10 @@ class RoundLoop:
     async def run_round(self, r: int, plan: RoundPlan, params) -> RoundRun:
         """Round ``r``: its tasks run, stopped and collected, then its helpers; a round whose
         tasks lost their data with a worker is placed again and run again."""
-        link = self.fit.link
+        link = self.ctx.link
         for attempt in range(ROUND_ATTEMPTS):
-            rid = RoundId(self.fit.fit_id, r).retry(attempt)
-            link.in_flight = [rid]
-            self.membership.poll(link)
+            rid = RoundId(self.ctx.fit_id, r).retry(attempt)
+            self.membership.poll()
             try:
                 ran = await self._attempt(rid, plan, params)
             except (KilledWorker, FutureCancelledError) as e:
@@ -152,22 +157,20 @@ class RoundLoop:
             except asyncio.CancelledError:  # Ctrl-C, or the caller cancelled the fit
                 await link.halt()
                 raise
-            finally:
-                link.in_flight = []
             self.rids.append(rid)
             return ran
         raise AssertionError("unreachable")
 
     async def _attempt(self, rid: RoundId, plan: RoundPlan, params) -> RoundRun:
         """One attempt at a round (its tasks released if their data was lost)."""
-        link = self.fit.link
+        link, options = self.ctx.link, self.ctx.options
         futs: list = []
         try:
             async with link.round_params(params, rid) as arg:
                 futs = link.submit_round(rid, plan.quorum, arg, self._tasks(plan),
-                                         self.fit.options.chunk_target, plan.unit)
+                                         options.chunk_target, plan.unit)
                 got = await link.collect(futs, rid, self.book.cursor, quorum=plan.quorum,
-                                         settle=self.fit.policy.stops)
+                                         settle=self.ctx.policy.stops)
                 helped = await self._help(rid, plan, arg, got.results,
                                           self.membership.blocked(got.late.values(),
                                                                   got.occupied))
@@ -199,9 +202,8 @@ class RoundLoop:
                                 blocked)
         if not plan.helped:
             return own
-        self.fit.link.in_flight.append(rid.helpers())
-        helped = await helpers.run(self.fit.link, self.placement, self.book, params,
+        helped = await helpers.run(self.ctx.link, self.placement, self.book, params,
                                    rid.helpers(), owned, plan.quotas, self.membership.threads,
                                    blocked, needed=plan.full)
-        self.membership.lost_helpers |= helped.silent
+        self.membership.give_up(helped.silent)
         return helped

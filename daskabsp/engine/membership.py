@@ -59,65 +59,72 @@ def reassign(ran_on: Sequence[str], live: Mapping[str, int], stranded: Iterable[
 
 
 class Membership:
-    """The workers a fit uses and those it gave up on.
+    """The workers a fit uses and those it gave up on: the one writer of who is silent.
 
     Parameters
     ----------
+    link : Link
+        The fit's link to the cluster (who the workers are, who is silent).
     threads : dict
         Threads per worker of the cluster.
     silent : set of str
         Workers not heard from (they get no partition while silent).
     """
 
-    def __init__(self, threads: Mapping[str, int], silent: set[str]) -> None:
+    def __init__(self, link: Link, threads: Mapping[str, int], silent: set[str]) -> None:
+        self.link = link
         self.silent = set(silent)
         self.threads = {w: n for w, n in threads.items() if w not in silent} or dict(threads)
-        self.lost_helpers: set[str] = set()  # given up on by a helper phase: silent next
+        self._given_up: set[str] = set()  # by a helper phase: silent from the next check
         self._interval = config.seconds("membership-interval")
         self._next = time.perf_counter() + self._interval
         self._query: asyncio.Future | None = None
 
     @classmethod
-    async def start(cls, link: Link) -> Membership:
-        """The cluster's workers now, less those silent already."""
+    async def start(cls, link: Link, placement: Placement) -> Membership:
+        """The cluster's workers now, less those silent already, and the partitions' first
+        owners: balanced over the live workers from where their rows are; those only silent
+        workers hold (a worker that froze after they were placed) placed again, as after a
+        round. Both loops start this way."""
         threads = await link.threads()
-        return cls(threads, await link.silent(threads))
-
-    async def assign(self, placement: Placement) -> None:
-        """The partitions' first owners: balanced over the live workers from where their rows
-        are; those only silent workers hold (a worker that froze after they were placed)
-        placed again, as after a round."""
-        placement.owner = balance(await placement.locations(), self.threads)
+        self = cls(link, threads, await link.silent(threads))
+        owner = balance(await placement.locations(), self.threads)
         stranded = await placement.held_only_by(self.silent) if self.silent else set()
-        if stranded:
-            await placement.reassign(placement.owner, {}, stranded, self.silent)
+        await placement.reassign(owner, {}, stranded, self.silent)
+        return self
 
-    def poll(self, link: Link) -> None:
+    def poll(self) -> None:
         """Ask who the workers are, at most once per interval, while a round runs."""
         if self._query is None and time.perf_counter() >= self._next:
-            self._query = asyncio.ensure_future(link.threads())
+            self._query = asyncio.ensure_future(self.link.threads())
             # a round that fails never reads it: no "exception never retrieved" then
             self._query.add_done_callback(_retrieve)
             self._next = time.perf_counter() + self._interval
+
+    def give_up(self, workers: Iterable[str]) -> None:
+        """A helper phase gave up on ``workers`` (silent, or gone): they count as silent
+        from the next membership check on."""
+        self._given_up |= set(workers)
 
     def blocked(self, late: Iterable[str], occupied: Iterable[str]) -> set[str]:
         """Workers no piece can run on now: silent, given up on this round (``late``), or
         their threads held by other work (``occupied``)."""
         return self.silent | set(late) | set(occupied)
 
-    async def after_round(self, link: Link, placement: Placement, ran_on: list[str],
+    async def after_round(self, placement: Placement, ran_on: list[str],
                           late: Mapping[int, str], r: int) -> None:
         """After round ``r`` (partition ``p``'s task ran on ``ran_on[p]``; ``late``: the
         partitions given up on, and their worker): who is alive and answering (workers given
         up on join the silent, those heard from again leave them);
         partitions re-balanced over the live workers, and those only silent workers hold
         moved to a copy or placed again; copies on workers that left dropped."""
-        live = await self._members(link, moved=ran_on != placement.owner)
+        link = self.link
+        live = await self._members(moved=ran_on != placement.owner)
         placement.keep_copies_on(live)
-        gone = set(late.values()) | self.lost_helpers
+        gone = set(late.values()) | self._given_up
         newly = gone - self.silent
         self.silent |= gone
-        self.lost_helpers = set()
+        self._given_up = set()
         if late:
             link.journal.note(
                 logger, logging.WARNING, "round %d gave up on partitions %s: %s silent (no "
@@ -132,17 +139,17 @@ class Membership:
         owner, promoted = reassign(ran_on, live, stranded, copies)
         await placement.reassign(owner, promoted, stranded, self.silent)
 
-    async def _members(self, link: Link, *, moved: bool) -> dict[str, int]:
+    async def _members(self, *, moved: bool) -> dict[str, int]:
         """The cluster's workers now if asked this round (or if a partition ran off its
         owner), and then whether silent workers answer again; else those known."""
         query, self._query = self._query, None
         if query is None and moved:
-            query = asyncio.ensure_future(link.threads())
+            query = asyncio.ensure_future(self.link.threads())
         if query is None:
             return self.threads
         live = await query
         if self.silent:
-            self.silent &= await link.silent(self.silent)
+            self.silent &= await self.link.silent(self.silent)
         return live
 
 

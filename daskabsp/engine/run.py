@@ -16,6 +16,7 @@ from ..monitor.reporting import open_reporter
 from ..policies import Policy
 from ..programs.base import Program
 from .clock_loop import ClockLoop
+from .context import FitContext, FitLoop, FitOptions
 from .link import Link
 from .loop import RoundLoop
 from .observe import Observers
@@ -61,18 +62,6 @@ class FitResult:
 
 
 @dataclass(frozen=True)
-class FitOptions:
-    """The engine options of a fit (see :func:`daskabsp.fit`)."""
-
-    max_iter: int
-    tol: float | None
-    n_partitions: int | None
-    quota: int | float | None
-    chunk_target: float
-    record_params: bool
-
-
-@dataclass(frozen=True)
 class Rows:
     """A fit's rows: as given (``X``, ``y``, ``sample_weight``), or already placed
     (``placed``, from :func:`daskabsp.place`)."""
@@ -110,11 +99,6 @@ class FitRun:
         self.policy = policy
         self.rows = rows
         self.options = options
-        if not policy.rounds and options.quota is not None:
-            raise ValueError(
-                f"quota={options.quota!r} does not apply to {type(policy).__name__}: each of "
-                "its updates replaces a partition's whole statistics. Leave quota=None, or "
-                "use more partitions (n_partitions) for smaller updates.")
         self.fit_id = uuid.uuid4().hex[:8]
         self.observers = Observers(callbacks)
         self.link: Link | None = None
@@ -189,16 +173,16 @@ class FitRun:
                                      None)
 
     async def _rounds(self, placement: Placement) -> FitResult:
-        program, rounds = self.program, self.policy.rounds
-        # The policy says whether the fit runs global rounds or a clock per partition.
-        loop = RoundLoop(self, placement) if rounds else ClockLoop(self, placement)
+        program = self.program
+        ctx = FitContext(self.fit_id, program, self.policy, self.options, self.link,
+                         self.observers)
+        loop = LOOPS[self.policy.rounds](ctx, placement)
         sizes = placement.sizes
         state = program.init(placement.parts.n_features, int(sum(sizes)))
         await loop.start()
         await self.observers.begin(FitInfo(
-            max_iter=self.options.max_iter * (1 if rounds else len(sizes)),
-            n_samples=int(sum(sizes)), n_partitions=len(sizes), sync=self.policy.name,
-            program=program.name, fit_id=self.fit_id, unit="round" if rounds else "update"))
+            max_iter=loop.max_steps, n_samples=int(sum(sizes)), n_partitions=len(sizes),
+            sync=self.policy.name, program=program.name, fit_id=self.fit_id, unit=loop.unit))
         try:
             state, converged = await loop.run(state)
             held = await placement.nbytes_by_worker()
@@ -209,25 +193,14 @@ class FitRun:
         attrs = {
             "sync": self.policy.name, "policy": repr(self.policy), "program": program.name,
             "program_repr": repr(program), "fit_id": self.fit_id, "n_partitions": len(sizes),
-            "converged": int(converged),
-            "replicas": int(config.get("replicas")) if loop.helpers is not None else 0,
-            "max_worker_data_bytes": max(held.values(), default=0),
+            "converged": int(converged), "max_worker_data_bytes": max(held.values(), default=0),
+            **loop.attrs(),
         }
-        if not rounds:
-            bound = self.policy.staleness_bound
-            attrs["staleness_bound"] = -1 if bound is None else int(bound)
         history = self.observers.recorder.dataset(attrs=attrs, sizes=sizes,
                                                   harvest_latency=latency, stop_time=stop_time)
         return FitResult(coef=np.asarray(program.coefficients(state)), state=state,
-                         history=history,
-                         n_iter=len(loop.rids) if rounds else loop.n_iter, converged=converged)
+                         history=history, n_iter=loop.n_iter, converged=converged)
 
-    def converged(self, state, obj: float, prev: float | None) -> bool:
-        """Whether the fit stops at ``state``: the program's own rule, or else the objective
-        changed by at most ``tol`` (relative) since the last round (``prev``)."""
-        verdict = self.program.converged(state)
-        if verdict is not None:
-            return bool(verdict)
-        tol = self.options.tol
-        return (tol is not None and prev is not None
-                and abs(obj - prev) <= tol * max(abs(obj), abs(prev)))
+
+#: The loop of each kind of sync model: global rounds, or a clock per partition.
+LOOPS: dict[bool, type[FitLoop]] = {True: RoundLoop, False: ClockLoop}
