@@ -31,7 +31,7 @@ from sklearn.linear_model import LogisticRegression as SkLogistic
 from daskabsp import slow_workers
 from daskabsp.cluster import worker_addresses
 from daskabsp.estimators import LogisticRegression
-from daskabsp.lab.faults import Fault, run_with_faults
+from daskabsp.lab.faults import Fault, run_with_faults, wait_for_workers
 
 
 def options(p) -> None:
@@ -77,7 +77,7 @@ def main() -> None:
             for moment in ("finish", "copy", "helpers"):
                 got = []
                 for i in range(runs):
-                    client.wait_for_workers(4)
+                    wait_for_workers(client, 4)
                     n_at = int(rng.integers(0, 12)) if moment == "finish" else 0
                     target = "random" if moment == "finish" else "bound"
                     fault = Fault(kind, moment, n_at, target, seconds)

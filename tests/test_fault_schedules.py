@@ -30,7 +30,7 @@ from test_estimators import logistic_objective, ridge_objective, svc_objective
 from daskabsp import ABSP, ASP, SSP, slow_workers
 from daskabsp.cluster import worker_addresses
 from daskabsp.estimators import KMeans, LinearSVC, LogisticRegression, Ridge
-from daskabsp.lab.faults import random_schedule, run_with_faults
+from daskabsp.lab.faults import random_schedule, run_with_faults, wait_for_workers
 
 POLICIES = {"bsp": "bsp", "absp": "absp", "published": ABSP.published(), "ssp3": SSP(3),
             "asp": ASP()}
@@ -80,7 +80,7 @@ def run_case(client, model: str, policy: str, seed: int, bound: float = BOUND):
     sync = POLICIES[policy]
     faults = random_schedule(np.random.default_rng(seed),
                              rounds=sync in ("bsp", "absp") or isinstance(sync, ABSP))
-    client.wait_for_workers(4)
+    wait_for_workers(client, 4)
     slow = worker_addresses(client)[0]
 
     run = run_with_faults(client, lambda: make(sync).fit(X, y), faults, seed=seed,

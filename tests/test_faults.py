@@ -20,6 +20,7 @@ from sklearn.linear_model import LogisticRegression
 from daskabsp import LogisticGD, fit, slow_workers
 from daskabsp.cluster import worker_addresses
 from daskabsp.estimators import LogisticRegression as AbspLogistic
+from daskabsp.lab.faults import wait_for_workers
 
 _chunks_seen = [0]
 
@@ -60,7 +61,7 @@ def test_worker_killed_mid_round(tmp_path):
         before = set(worker_addresses(client))
         res = fit(KillOnce(kill_file=str(kill_file)), X, y, sync="absp", max_iter=400,
                   tol=None, n_partitions=4, client=client)
-        client.wait_for_workers(4)
+        wait_for_workers(client, 4)
         after = set(worker_addresses(client))
     assert not kill_file.exists(), "no worker was killed"
     assert len(before - after) == 1  # one worker died and its nanny started a new one
@@ -158,7 +159,7 @@ def test_a_worker_killed_when_helpers_or_copies_are_bound_to_it(killing_cluster,
     the helper task waited for them forever (3 of 3 such fits hung). The fit must return at
     scikit-learn's optimum and leave none of its tasks on the cluster."""
     client = killing_cluster
-    client.wait_for_workers(4)
+    wait_for_workers(client, 4)
     X, y, best = wide_data
     if lazy:
         X, y = da.from_array(X, chunks=(200_000, 20)), da.from_array(y, chunks=200_000)

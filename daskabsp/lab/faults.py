@@ -326,6 +326,20 @@ def _run(client, fit, name: str, bound: float, grace: float) -> FaultRun:
     return FaultRun(seconds, est, out.get("error"), fired, left, problems)
 
 
+def wait_for_workers(client, n: int, timeout: float = 60.0) -> list[str]:
+    """Wait (at most ``timeout`` seconds) until ``client``'s scheduler has ``n`` workers
+    running, asking the scheduler itself (``Client.wait_for_workers`` of a LocalCluster's
+    client reads the cluster's cached view, which once stayed at 3 workers for half an hour
+    after a killed worker's nanny had started a new one); returns the workers there are."""
+    deadline = time.monotonic() + timeout
+    while True:
+        info = client.sync(client.scheduler.identity, n_workers=-1)["workers"]
+        running = sorted(w for w, i in info.items() if i.get("status") == "running")
+        if len(running) >= n or time.monotonic() >= deadline:
+            return running
+        time.sleep(0.1)  # polling the scheduler: nothing to wait on in between
+
+
 def _release(name: str, dask_scheduler=None) -> list[Fired]:
     return dask_scheduler.plugins[name].release()
 
