@@ -74,7 +74,7 @@ from daskabsp.estimators import LinearSVC, LogisticRegression, Ridge
 from daskabsp.extension._core import run_partition
 from daskabsp.programs import LinearNewton, MultinomialNewton, hessian_limit
 from daskabsp.programs.linear import DIAGONAL_STRIDE
-from daskabsp.programs.newton import NEWTON_ROUNDS, ROUND_OVERHEAD, choose_stride
+from daskabsp.programs.newton_state import NEWTON_ROUNDS, ROUND_OVERHEAD, choose_stride
 
 TIME_TARGET = 1.2
 #: issue 31: the whole fit from in-memory input on the embedded default (A-BSP)

@@ -20,7 +20,8 @@ import daskabsp.lab.datasets
 from daskabsp import ABSP, slow_workers
 from daskabsp.extension._core import run_partition
 from daskabsp.programs import LinearNewton, MultinomialNewton, PartitionStats
-from daskabsp.programs.newton import (
+from daskabsp.programs.newton_rounds import next_stride
+from daskabsp.programs.newton_state import (
     HESSIAN_ROWS_PER_PARAMETER,
     ROUND_OVERHEAD,
     NewtonState,
@@ -132,7 +133,7 @@ def test_cost_model_keeps_the_exact_hessian_where_it_is_cheaper(case):
 
 
 def test_driver_measures_the_slowest_task_and_the_round():
-    """``_next_stride`` feeds the slowest task's timing slots and the measured round
+    """``next_stride`` feeds the slowest task's timing slots and the measured round
     overhead to the cost model; a fixed ``hessian_stride`` overrides it."""
     prog = LinearNewton(l2=1e-6)
     state = NewtonState(theta=np.zeros((1, 51)), n_rows=1_000_000)
@@ -151,11 +152,11 @@ def test_driver_measures_the_slowest_task_and_the_round():
     rs = RoundStats(total=np.zeros(1), parts=parts([0.1, 0.12], [0.3, 0.35]), rows=1_000_000)
     want = choose_stride(n_rows=1_000_000, m=51, grad_seconds=0.12, curv_seconds=0.35,
                          stride=1, overhead=ROUND_OVERHEAD, rounds_left=4)
-    assert prog._next_stride(state, rs, cv) == want > 1
+    assert next_stride(prog, state, rs, cv) == want > 1
     cheap = RoundStats(total=np.zeros(1), parts=parts([0.1, 0.1], [0.001, 0.001]),
                        rows=1_000_000)
-    assert prog._next_stride(state, cheap, cv) == 1
-    assert LinearNewton(hessian_stride=3)._next_stride(state, cheap, cv) == 3
+    assert next_stride(prog, state, cheap, cv) == 1
+    assert next_stride(LinearNewton(hessian_stride=3), state, cheap, cv) == 3
 
 
 # -- convergence under a 4x straggler ---------------------------------------------------------

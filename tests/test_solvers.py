@@ -155,9 +155,9 @@ def test_absp_with_fewer_rows_than_parameters_converges_like_bsp(client, workers
 def test_partial_rows_sorted_by_label_are_unlike_the_rest(program):
     """A Newton program's rounds go on unhelped while the rows a stopped partition scanned
     are a fair sample, and ask for helpers once they are unlike the others' (a prefix of rows
-    sorted by label): the rule :func:`daskabsp.programs.newton._unlike` checks."""
+    sorted by label): the rule :func:`daskabsp.programs.newton_rounds.unlike` checks."""
     from daskabsp.programs.base import PartitionStats
-    from daskabsp.programs.newton import _unlike
+    from daskabsp.programs.newton_rounds import unlike
 
     K = getattr(program, "n_classes", 2)
     X, y = make_classification(n_samples=60_000, n_features=8, n_informative=5,
@@ -171,11 +171,11 @@ def test_partial_rows_sorted_by_label_are_unlike_the_rest(program):
         program.accumulate(acc, program.prepare(params), Xp[:rows], yp[:rows], None)
         return PartitionStats(p, 0, rows, len(yp), acc)
 
-    def unlike(X0, y0):  # partition 0 stopped a fifth of the way; partition 1 complete
+    def partial_unlike(X0, y0):  # partition 0 stopped a fifth of the way; 1 complete
         stats = program.combine_round([piece(0, 6_000, X0, y0), piece(1, 30_000, X[30_000:],
                                                                       y[30_000:])], params)
-        return _unlike(program, stats, params[0])
+        return unlike(program, stats, params[0])
 
     order = np.argsort(y[:30_000], kind="stable")
-    assert unlike(X[order], y[order])
-    assert not unlike(X[:30_000], y[:30_000])
+    assert partial_unlike(X[order], y[order])
+    assert not partial_unlike(X[:30_000], y[:30_000])

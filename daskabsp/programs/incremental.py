@@ -48,18 +48,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .aggregate import Piece, previous, put_piece, rows_of, total
-from .base import PartitionStats
+from .base import PartitionStats, Program
 from .cycles import RoundStats
-from .newton import DECREMENT, NewtonState, round_update
+from .newton_rounds import round_update
+from .newton_state import DECREMENT, NewtonState
 from .trust_region import one_blas_thread
-
-if TYPE_CHECKING:
-    from .newton import NewtonProgram
 
 #: Relative error of a partition's old model at its new parameters (against the curvature
 #: term of the move) above which the radius shrinks, and below which it may grow.
@@ -93,7 +90,7 @@ class AggregateNewtonState(NewtonState):
     holding: bool = False
 
 
-def model_form(program: NewtonProgram, stats: np.ndarray, theta: np.ndarray) -> np.ndarray:
+def model_form(program: Program, stats: np.ndarray, theta: np.ndarray) -> np.ndarray:
     """Statistics with full Hessians at ``theta`` as an additive quadratic model: per block,
     the constant and linear terms of the Taylor model in place of the loss and gradient (the
     Hessian stays), so that models around different parameters add up."""
@@ -124,10 +121,10 @@ class _Models:
     """Every partition's Taylor model (:func:`model_form`) of a fit's blocks, and their sum
     at ``theta``."""
 
-    def __init__(self, program: NewtonProgram, pieces: Sequence[Piece],
+    def __init__(self, program: Program, pieces: Sequence[Piece],
                  theta: np.ndarray) -> None:
         self.program, self.pieces, self.theta = program, pieces, theta
-        _B, m, self.cv, _L = program._dims(theta)
+        _B, m, self.cv, _L = program.dims(theta)
         self.reg = program.reg(m)
         self.agg = total(pieces)
         self.W = float(self.agg[1])
@@ -226,7 +223,7 @@ def _objective(program, pieces, agg: np.ndarray, theta: np.ndarray) -> float:
                      enumerate(program.block_views(agg, theta))))
 
 
-def _swept(program: NewtonProgram, st: AggregateNewtonState,
+def _swept(program: Program, st: AggregateNewtonState,
            new: Piece) -> AggregateNewtonState:
     """L-BFGS curvature (see the module docstring): the parameters are held until every
     partition has reported at them, then the rounds' step is taken on those statistics."""
@@ -240,14 +237,14 @@ def _swept(program: NewtonProgram, st: AggregateNewtonState,
 
 
 @one_blas_thread
-def partition_update(program: NewtonProgram, state: NewtonState, piece: PartitionStats,
+def partition_update(program: Program, state: NewtonState, piece: PartitionStats,
                      params, staleness: int) -> AggregateNewtonState:
     """One update of a Newton program under SSP or ASP (see the module docstring)."""
     st = state if isinstance(state, AggregateNewtonState) else _start(state)
     theta_p, width_p = np.asarray(params[0]), float(params[1])
     theta = st.theta
-    B, _m, cv, _L = program._dims(theta)
-    stats = program._symmetrised(piece.stats, theta_p)
+    B, _m, cv, _L = program.dims(theta)
+    stats = program.symmetrised(piece.stats, theta_p)
     if cv.kind != "full":
         return _swept(program, st, Piece(piece.partition, piece.rows, stats,
                                          (theta_p, width_p)))

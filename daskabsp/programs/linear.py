@@ -16,7 +16,8 @@ except ImportError:  # pragma: no cover
     _csc_matvecs = None
 
 from . import glm_losses
-from .newton import NewtonProgram, NewtonState
+from .newton import NewtonProgram
+from .newton_state import NewtonState
 
 #: Dense chunks estimate the Hessian's diagonal from every this many rows: it only scales
 #: the L-BFGS steps, and over all rows it cost a third of a multinomial chunk's work.

@@ -12,7 +12,8 @@ from scipy.special import logsumexp
 
 from .curvature import Curvature
 from .linear import add_transposed_product, diagonal_sums
-from .newton import _HEAD, NewtonProgram, NewtonState
+from .newton import NewtonProgram
+from .newton_state import HEAD, NewtonState
 
 
 def _softmax_terms(Z: np.ndarray, y: np.ndarray, sample_weight):
@@ -223,7 +224,7 @@ class MultinomialNewton(NewtonProgram):
         feature-major ``(p, K)`` arrays (a chunk's products with ``X`` are accumulated into
         them in place); :meth:`block_views` gives them class-major, as the parameters."""
         K = self.n_classes
-        o = _HEAD
+        o = HEAD
         m = K * p
         return (acc[o:o + 3], acc[o + 3:o + 3 + m].reshape(p, K),
                 acc[o + 3 + m:o + 3 + 2 * m].reshape(p, K),
