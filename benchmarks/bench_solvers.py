@@ -699,7 +699,7 @@ def main() -> None:
             cluster = proc_client.cluster
             proc_client.close()
             cluster.close()
-    workers = client.sync(client.scheduler.identity, n_workers=-1)["workers"]
+    workers = client.sync(client.scheduler.identity)["workers"]
     print(f"\nSolvers: whole fit() at default settings, daskabsp on {len(workers)} workers x 1 "
           f"thread (embedded cluster, {embedded_kind()}), {repeats} interleaved repeats; "
           "seconds median [IQR]")

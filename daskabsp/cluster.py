@@ -302,5 +302,6 @@ def close_embedded() -> None:
 def worker_addresses(client: distributed.Client) -> list[str]:
     """The addresses of the workers of ``client``'s cluster (a synchronous client), sorted,
     asked of the scheduler itself: ``Client.scheduler_info()`` falls back to cached totals
-    that list no workers when its query fails."""
-    return sorted(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
+    that list no workers when its query fails. (``identity`` lists every worker by default;
+    the oldest distributed we support takes no ``n_workers``.)"""
+    return sorted(client.sync(client.scheduler.identity)["workers"])

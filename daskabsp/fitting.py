@@ -29,7 +29,7 @@ from .extension import silent_of
 from .monitor.callbacks import CallbackArg, CallbackList, ProgressBar, as_callbacks
 from .policies import Policy, as_policy
 from .programs.base import Program
-from .validation import check_data, check_int, check_quota, check_real
+from .validation import check_data, check_options
 
 __all__ = ["FitResult", "PlacedData", "fit", "fit_async", "place", "place_async"]
 
@@ -208,7 +208,7 @@ def place_async(X, y=None, sample_weight=None, *, n_partitions: int | None = Non
 
 def _placing(X, y, sample_weight, n_partitions, client):
     """Check :func:`place`'s arguments; the coroutine that places the rows, and the client."""
-    check_int(n_partitions, "n_partitions", "place", none_ok=True)
+    check_options({"n_partitions": n_partitions}, "place")
     X, y, sample_weight = check_data(X, y, sample_weight, needs_y=False)
     _check_partitions(n_partitions, X)
     client = client if client is not None else get_client()
@@ -376,13 +376,10 @@ def _prepare(program: Program, X, y=None, *, sample_weight=None, sync="absp", ma
     """Check the arguments of a fit (nothing is submitted before they pass) and make it."""
     owner = "fit"
     policy = as_policy(sync, owner=owner)
-    check_int(max_iter, "max_iter", owner)
-    check_real(tol, "tol", owner, none_ok=True)
-    check_int(n_partitions, "n_partitions", owner, none_ok=True)
-    check_quota(quota, owner)
+    check_options({"max_iter": max_iter, "tol": tol, "n_partitions": n_partitions,
+                   "quota": quota, "chunk_target": chunk_target, "verbose": verbose,
+                   "record_params": record_params}, owner)
     policy.check_quota(quota, owner)
-    check_real(chunk_target, "chunk_target", owner, closed=False, none_ok=True)
-    check_int(int(verbose) if isinstance(verbose, bool) else verbose, "verbose", owner, low=0)
     callbacks = as_callbacks(callback)
     if verbose:
         callbacks.append(ProgressBar())

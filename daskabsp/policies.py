@@ -102,15 +102,17 @@ class Policy:
     def check(self, n_partitions: int) -> None:
         """Raise ``ValueError`` if the policy cannot run over ``n_partitions`` partitions."""
 
-    def check_quota(self, quota, owner: str = "fit") -> None:
+    def check_quota(self, quota, owner: str = "fit", sync=None) -> None:
         """Raise ``ValueError`` if ``quota`` (rows per round) cannot go with this policy: a
         policy without rounds (SSP, ASP) replaces a partition's whole statistics with each
-        update, so only None is allowed."""
+        update, so only None is allowed. ``sync``: how the caller named the policy (default:
+        the policy itself)."""
         if quota is not None and not self.rounds:
             raise ValueError(
-                f"The 'quota' parameter of {owner} must be None with sync={self!r} (each of its "
-                f"updates replaces a partition's whole statistics; use more partitions for "
-                f"smaller updates). Got {quota!r} instead.")
+                f"The 'quota' parameter of {owner} must be None with "
+                f"sync={self if sync is None else sync!r} (each of its updates replaces a "
+                f"partition's whole statistics; use more partitions for smaller updates). "
+                f"Got {quota!r} instead.")
 
     @property
     def staleness_bound(self) -> int | None:

@@ -2,49 +2,46 @@
 
 from __future__ import annotations
 
-import numbers
+from numbers import Integral, Real
 
 import dask.array as da
 import numpy as np
 from sklearn.utils import check_array, check_consistent_length, column_or_1d
+from sklearn.utils._param_validation import (
+    Hidden,
+    Interval,
+    StrOptions,
+    validate_parameter_constraints,
+)
+
+from .policies import SYNC_NAMES, Policy
+
+#: What each engine option may be, in scikit-learn's form of parameter constraints:
+#: :func:`daskabsp.fit` checks its arguments against these, and the estimators take the same
+#: lists for their engine options.
+OPTION_CONSTRAINTS: dict[str, list] = {
+    "sync": [StrOptions(set(SYNC_NAMES)), Policy],
+    "n_partitions": [Interval(Integral, 1, None, closed="left"), None],
+    "quota": [Interval(Integral, 1, None, closed="left"),
+              Interval(Real, 0, 1, closed="right"), None],
+    "chunk_target": [Interval(Real, 0, None, closed="neither"), None],
+    "verbose": [Interval(Integral, 0, None, closed="left"), bool, Hidden(np.bool_)],
+}
+#: The other arguments of :func:`daskabsp.fit`.
+FIT_CONSTRAINTS: dict[str, list] = {
+    **OPTION_CONSTRAINTS,
+    "max_iter": [Interval(Integral, 1, None, closed="left")],
+    "tol": [Interval(Real, 0, None, closed="left"), None],
+    "record_params": ["boolean"],
+}
 
 
-def check_int(value, name: str, owner: str, *, low: int = 1, none_ok: bool = False) -> None:
-    if value is None and none_ok:
-        return
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-        extra = " or None" if none_ok else ""
-        raise ValueError(
-            f"The '{name}' parameter of {owner} must be an int in the range [{low}, inf)"
-            f"{extra}. Got {value!r} instead."
-        )
-
-
-def check_real(value, name: str, owner: str, *, low: float = 0.0, closed: bool = True,
-               none_ok: bool = False) -> None:
-    if value is None and none_ok:
-        return
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and np.isfinite(value)
-    if not ok or value < low or (not closed and value == low):
-        bracket = "[" if closed else "("
-        extra = " or None" if none_ok else ""
-        raise ValueError(
-            f"The '{name}' parameter of {owner} must be a float in the range "
-            f"{bracket}{low}, inf){extra}. Got {value!r} instead."
-        )
-
-
-def check_quota(value, owner: str) -> None:
-    if value is None:
-        return
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1:
-        return
-    if isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 < value <= 1:
-        return
-    raise ValueError(
-        f"The 'quota' parameter of {owner} must be an int in the range [1, inf), a float in "
-        f"the range (0, 1] or None. Got {value!r} instead."
-    )
+def check_options(params: dict, owner: str) -> None:
+    """Raise scikit-learn's ``InvalidParameterError`` (a ``ValueError``) for the first of
+    ``params`` that none of its :data:`FIT_CONSTRAINTS` allow, in scikit-learn's wording,
+    before anything is submitted."""
+    validate_parameter_constraints({k: FIT_CONSTRAINTS[k] for k in params}, params,
+                                   caller_name=owner)
 
 
 def check_data(X, y, sample_weight, *, needs_y: bool):
@@ -66,25 +63,6 @@ def check_data(X, y, sample_weight, *, needs_y: bool):
         sample_weight = column_or_1d(sample_weight).astype(np.float64, copy=False)
         check_consistent_length(X, sample_weight)
     return X, y, sample_weight
-
-
-def check_source(source, X) -> tuple:
-    """``fit``'s ``source``: the in-memory ``(X, y, sample_weight)`` (None where there is
-    none) whose rows a dask ``X`` holds, in the same order."""
-    if not (isinstance(source, tuple) and len(source) == 3):
-        raise ValueError("source must be a tuple (X, y, sample_weight) of in-memory arrays "
-                         f"(None where there is none), got {source!r:.80}.")
-    if any(isinstance(a, da.Array) for a in source):
-        raise ValueError("source must hold in-memory arrays (the rows the dask X was made "
-                         "from), got a dask array.")
-    shape = getattr(source[0], "shape", None)
-    if shape != X.shape:
-        raise ValueError(f"source's X must have the shape of X, {X.shape}, got {shape}.")
-    for name, a in zip(("y", "sample_weight"), source[1:], strict=True):
-        if a is not None and len(a) != X.shape[0]:
-            raise ValueError(f"source's {name} must have one entry per row of X "
-                             f"({X.shape[0]}), got {len(a)}.")
-    return source
 
 
 def _check_dask(X, y, sample_weight, *, needs_y: bool):

@@ -136,6 +136,7 @@ import apiref  # noqa: E402
 
 def _write_if_changed(path: Path, text: str) -> None:
     if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)  # docs/api/ holds only generated pages
         path.write_text(text)
 
 

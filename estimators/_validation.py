@@ -74,22 +74,15 @@ __all__ = [
 #: ``bool`` (numpy booleans accepted but not listed), as scikit-learn's ``"boolean"``.
 BOOLEAN = [bool, Hidden(np.bool_)]
 #: scikit-learn's ``verbose``: a non-negative int or a bool.
-VERBOSE = [Interval(numbers.Integral, 0, None, closed="left"), bool, Hidden(np.bool_)]
+VERBOSE = daskabsp.OPTION_CONSTRAINTS["verbose"]
 
 #: ``False`` only (numpy's False too): for flags whose ``True`` daskabsp does not implement.
 FALSE_ONLY = [Options(bool, {False}), Hidden(Options(np.bool_, {np.False_}))]
 #: A policy per accepted ``sync`` name (to refuse a quota where there are no rounds).
 _POLICIES = {name: as_policy(name) for name in SYNC_NAMES}
 
-#: Constraints of the engine options every estimator takes.
-ENGINE_CONSTRAINTS: dict[str, list] = {
-    "sync": [StrOptions(set(SYNC_NAMES)), Policy],
-    "n_partitions": [Interval(numbers.Integral, 1, None, closed="left"), None],
-    "quota": [Interval(numbers.Integral, 1, None, closed="left"),
-              Interval(numbers.Real, 0, 1, closed="right"), None],
-    "chunk_target": [Interval(numbers.Real, 0, None, closed="neither"), None],
-    "verbose": VERBOSE,
-}
+#: Constraints of the engine options every estimator takes: the engine's own.
+ENGINE_CONSTRAINTS: dict[str, list] = dict(daskabsp.OPTION_CONSTRAINTS)
 
 
 def validate_params(estimator, constraints: Mapping[str, list]) -> None:
@@ -160,7 +153,7 @@ def _check_quota_with_sync(estimator, params: dict) -> None:
     policy = sync if isinstance(sync, Policy) else _POLICIES.get(sync)
     if policy is not None:
         try:
-            policy.check_quota(params["quota"], type(estimator).__name__)
+            policy.check_quota(params["quota"], type(estimator).__name__, sync)
         except ValueError as e:
             raise InvalidParameterError(str(e)) from None
 

@@ -47,7 +47,7 @@ def workers(client) -> list[str]:
     ``Client.scheduler_info()`` returns its cached totals, which list no workers, when its
     query fails (an empty list once in a full suite run)."""
     client.wait_for_workers(4)
-    return sorted(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
+    return sorted(client.sync(client.scheduler.identity)["workers"])
 
 
 async def _stealing(on: bool, dask_scheduler=None) -> None:

@@ -136,8 +136,9 @@ def test_feature_names_are_checked_at_predict(client, clf_data):
     (KMeans(n_clusters=0), "The 'n_clusters' parameter of KMeans must be an int in the "
                            "range [1, inf). Got 0 instead."),
     (KMeans(sync="asp", quota=0.5), "The 'quota' parameter of KMeans must be None with "
-                                    "sync='asp' (its updates replace a partition's whole "
-                                    "statistics). Got 0.5 instead."),
+                                    "sync='asp' (each of its updates replaces a partition's "
+                                    "whole statistics; use more partitions for smaller "
+                                    "updates). Got 0.5 instead."),
     (LogisticRegression(quota=1.5), "The 'quota' parameter of LogisticRegression must be "
                                     "an int in the range [1, inf), a float in the range "
                                     "(0.0, 1.0] or None. Got 1.5 instead."),

@@ -122,7 +122,10 @@ def _killed(name, dask_scheduler=None):
 
 
 def _keys_of_fit(fit_id, dask_scheduler=None):
-    return sorted(str(k) for k in dask_scheduler.tasks if fit_id in str(k))
+    """The fit's tasks left on the scheduler, with what holds each there."""
+    return sorted((str(k), ts.state, sorted(str(c.client_key) for c in ts.who_wants or ()),
+                   sorted(str(d.key) for d in ts.dependents))
+                  for k, ts in dask_scheduler.tasks.items() if fit_id in str(k))
 
 
 
@@ -165,7 +168,7 @@ def test_a_worker_killed_when_helpers_or_copies_are_bound_to_it(killing_cluster,
         X, y = da.from_array(X, chunks=(200_000, 20)), da.from_array(y, chunks=200_000)
     name = f"kill-{moment.replace(' ', '-')}-{lazy}"
     client.register_plugin(KillAt(name, moment, lazy), name=name)
-    workers = sorted(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
+    workers = sorted(client.sync(client.scheduler.identity)["workers"])
     done: dict = {}
 
     def fit_it():

@@ -103,7 +103,7 @@ def test_unguarded_main_line_reads_the_script():
 
 
 @pytest.mark.slow
-def test_embedded_cluster_is_what_the_docs_say_and_harvests_an_emulated_straggler():
+def test_embedded_cluster_is_what_the_docs_say_and_harvests_an_emulated_straggler(tmp_path):
     """One worker per core, one thread each, in the fitting process (getting started says
     so); an emulated straggler on it is harvested under A-BSP and waited for under BSP; the
     BLAS threads of the process are as they were once the fits end."""
@@ -138,8 +138,10 @@ print("BLAS", sorted(i["num_threads"] for i in threadpool_info()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        # run outside the checkout: ``-c`` puts the working directory first on sys.path,
+        # and the checkout's daskabsp/ has no estimators (they install into it)
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              env=env, timeout=300)
+                              env=env, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "WORKERS True True True" in proc.stdout
     assert "HARVESTED True True" in proc.stdout

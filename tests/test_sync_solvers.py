@@ -136,13 +136,12 @@ def test_kmeans(client, kind, sync):
     X, _ = _shape(kind)
     rng = np.random.default_rng(3)
     member = rng.integers(0, 4, X.shape[0])
-    if sp.issparse(X):  # each cluster's rows hold most of their values in a quarter of the
-        # features, so that the clusters are apart and Lloyd's path does not fork
-        shift = sp.random(X.shape[0], X.shape[1], density=0.01, format="csr",
-                          random_state=4).tocsr()
-        cols = shift.indices // (X.shape[1] // 4)
-        shift.data = np.abs(shift.data) * 3 * (cols == np.repeat(member, np.diff(shift.indptr)))
-        X = (X + shift).tocsr()
+    if sp.issparse(X):  # each cluster's rows share ten features of their own, so that the
+        # clusters are apart and Lloyd's path does not fork (scattered shifts left three
+        # one-row clusters, and A-BSP's path a fixed point one row away from scikit-learn's)
+        rows = np.repeat(np.arange(X.shape[0]), 10)
+        cols = (10 * np.repeat(member, 10) + np.tile(np.arange(10), X.shape[0]))
+        X = (X + sp.csr_matrix((np.full(rows.size, 3.0), (rows, cols)), shape=X.shape)).tocsr()
     else:
         X = X + rng.standard_normal((4, X.shape[1]))[member] * 3
     first = [int(np.flatnonzero(member == k)[0]) for k in range(4)]  # one row per cluster

@@ -398,7 +398,10 @@ class Link:
         else:
             got = await self._collect_by(deadline, futs, rid, cursors, quorum=quorum,
                                          settle=settle)
-        self._let_go(futs)
+        # Released here, not when the last reference goes: a traceback of a lost worker's
+        # error can hold the futures in a reference cycle, and their tasks stayed on the
+        # cluster after the fit (1 helper task in 1 CI run of the killed-worker test).
+        self.release(futs)
         self._timed(str(rid), got.results)
         return got
 

@@ -333,7 +333,7 @@ def wait_for_workers(client, n: int, timeout: float = 60.0) -> list[str]:
     after a killed worker's nanny had started a new one); returns the workers there are."""
     deadline = time.monotonic() + timeout
     while True:
-        info = client.sync(client.scheduler.identity, n_workers=-1)["workers"]
+        info = client.sync(client.scheduler.identity)["workers"]
         running = sorted(w for w, i in info.items() if i.get("status") == "running")
         if len(running) >= n or time.monotonic() >= deadline:
             return running
