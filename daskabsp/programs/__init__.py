@@ -10,6 +10,7 @@ from .logistic import LogisticGD
 from .multinomial import MultinomialNewton
 from .newton import NewtonProgram, hessian_limit
 from .proximal import ProximalLinear, ProximalMultinomial
+from .subspace import SubspacePCA
 
 __all__ = [
     "CovarianceMoments",
@@ -27,6 +28,7 @@ __all__ = [
     "ProximalLinear",
     "ProximalMultinomial",
     "RoundStats",
+    "SubspacePCA",
     "hessian_limit",
     "squared_distances",
 ]
