@@ -26,6 +26,7 @@ from sklearn.utils._param_validation import (
     Interval,
     InvalidParameterError,
     Options,
+    RealNotInt,
     StrOptions,
     validate_parameter_constraints,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "Interval",
     "InvalidParameterError",
     "Options",
+    "RealNotInt",
     "StrOptions",
     "check_sample_weight",
     "reject",

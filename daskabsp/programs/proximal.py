@@ -175,6 +175,9 @@ class ProximalState:
     memory: tuple = ()
     #: The largest optimality violation (``kkt_violation``) of the last round's model.
     violation: float = math.inf
+    #: The last round over every row: the parameters it was taken at, and per block the
+    #: mean loss and its gradient there (no penalty), e.g. for a duality gap.
+    last_exact: tuple | None = None
     #: SSP/ASP: each partition's latest model, the radius metric and the objective.
     pieces: tuple[Piece, ...] = ()
     metric: tuple = ()
@@ -188,6 +191,9 @@ class _Block:
     curv: Any  # full: Hessian (m, m); quasi-Newton: (diagonal, Hessian-vector product)
     noise: float
     exact: bool
+    #: The loss alone (no penalty): its mean and gradient.
+    loss: float = math.nan
+    loss_grad: np.ndarray | None = None
 
 
 class ProximalMixin:
@@ -234,9 +240,6 @@ class ProximalMixin:
     def converged(self, state: ProximalState) -> bool:
         return state.converged
 
-    def coefficients(self, state: ProximalState) -> np.ndarray:
-        return state.theta
-
     def initial_radius(self, f: float) -> float:
         return math.inf if self.quadratic else math.sqrt(2.0 * max(f, 1e-12))
 
@@ -278,7 +281,7 @@ class ProximalMixin:
             curv = h.reshape(m, m) / W if full else (h[:m] / W, h[m:] / W)
             out.append(_Block(float(f), g / W + reg * th, curv,
                               _noise(loss[0], sq[0], W, rs.rows, state.n_rows),
-                              rs.rows >= state.n_rows))
+                              rs.rows >= state.n_rows, float(loss[0] / W), g / W))
         rs.cache[key] = out
         return out
 
@@ -349,11 +352,14 @@ class ProximalMixin:
         few_rows = not lbfgs and stats.rows < ROWS_PER_PARAMETER * m
         full = state.full or few_rows or all(n or d for n, d in zip(noisy, done, strict=True))
         new = self.project(new)
+        last = state.last_exact
+        if blocks[0].exact:
+            last = (theta, tuple((b.loss, b.loss_grad) for b in blocks))
         return replace(
             state, theta=new, round=state.round + 1, radius=tuple(radius),
             pending=tuple(new_pending), full=full, converged=all(done),
             probe=(new - theta) if lbfgs else None, memory=tuple(memory),
-            violation=violation)
+            violation=violation, last_exact=last)
 
     # -- SSP and ASP ------------------------------------------------------------------------
 
