@@ -69,7 +69,8 @@ class ElasticNet(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator)
     warm_start : bool, default=False
         Start from the previous fit's ``coef_`` (when it had the same features). A
         one-pass fit is one round either way; the iterative fit of wide data starts where
-        the last one ended (a regularisation path costs a fraction of its cold fits).
+        the last one ended, with the curvature (L-BFGS pairs) it had gathered (a
+        regularisation path costs a fraction of its cold fits).
     positive : bool, default=False
         Constrain the coefficients to be non-negative.
     random_state : int, RandomState instance or None, default=None
@@ -228,9 +229,11 @@ class ElasticNet(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator)
             self.coef_, self.intercept_ = sol.coef, float(sol.intercept)
             self.dual_gap_ = dual_gap(sol, l1, l2, self.positive)
         else:
+            memory = getattr(self, "_curvature", None) if warm is not None else None
             program = ProximalLinear(loss="squared", l1=l1, l2=l2, positive=self.positive,
                                      fit_intercept=self.fit_intercept, tol=self.tol,
-                                     max_hessian=hessian_limit(n), start=warm)
+                                     max_hessian=hessian_limit(n), start=warm,
+                                     start_memory=memory)
 
             def attributes(theta):
                 coef, intercept = split_theta(theta, d, self.fit_intercept)
@@ -241,6 +244,9 @@ class ElasticNet(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator)
             for name, value in attributes(res.coef).items():
                 setattr(self, name, value)
             self.dual_gap_ = _gap_from_round(res.state, d, l1, l2, self.positive)
+            # The curvature a warm start resumes with: the squared loss's Hessian does not
+            # depend on alpha, so the pairs stay exact along a path on the same rows.
+            self._curvature = res.state.memory or None
         self.n_iter_ = int(res.n_iter)
         return self
 

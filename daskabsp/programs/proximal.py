@@ -38,7 +38,7 @@ for models above ``max_hessian``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -98,6 +98,12 @@ class StepModel:
         Quasi-Newton: the initial diagonal and the L-BFGS pairs.
     orthant : ndarray or None
         Quasi-Newton: the sign each parameter may take (0: must stay zero).
+    slope : float
+        Quasi-Newton: the derivative of the model along ``direction`` at ``theta`` (the
+        pseudo-gradient times the direction; negative).
+    free : ndarray of bool or None
+        Quasi-Newton: the parameters the step may move (the rest stay at zero); ``d0`` and
+        ``pairs`` are restricted to them.
     """
 
     theta: np.ndarray
@@ -108,12 +114,18 @@ class StepModel:
     d0: np.ndarray | None = None
     pairs: tuple = ()
     orthant: np.ndarray | None = None
+    slope: float = 0.0
+    free: np.ndarray | None = None
 
     def times(self, v: np.ndarray) -> np.ndarray:
         """The model's curvature times ``v``."""
         if self.hess is not None:
             return self.hess @ v
-        return bfgs_matvec(self.pairs, self.d0, v)
+        if self.free is None:
+            return bfgs_matvec(self.pairs, self.d0, v)
+        out = np.zeros_like(v)
+        out[self.free] = bfgs_matvec(self.pairs, self.d0, v[self.free])
+        return out
 
     def predicted(self, delta: np.ndarray) -> float:
         """Decrease of the model along ``delta``."""
@@ -125,8 +137,13 @@ class StepModel:
         """The step scaled to ``radius`` (in the model's norm): ``(delta, predicted decrease,
         length)``."""
         d = self.direction
-        length = math.sqrt(max(float(d @ self.times(d)), 0.0))
+        curv = max(float(d @ self.times(d)), 0.0)
+        length = math.sqrt(curv)
         t = 1.0 if length <= radius else radius / length
+        if self.orthant is not None and curv > 0:
+            # The quasi-Newton direction with the non-descending components dropped is not
+            # the model's minimiser: go to the minimum of the model along it.
+            t = min(t, -self.slope / curv)
         if self.orthant is None:
             delta = t * d
         else:
@@ -205,6 +222,7 @@ class ProximalMixin:
 
     l1: float
     positive: bool
+    start_memory: tuple | None
 
     def penalised(self, m: int) -> np.ndarray:
         """Which of a block's ``m`` parameters carry the L1 penalty (not the intercepts)."""
@@ -224,9 +242,13 @@ class ProximalMixin:
         theta = np.zeros((B, m)) if self.start is None else \
             np.array(self.start, dtype=np.float64).reshape(B, m)
         lbfgs = self.curvature(m).kind == "lbfgs"
+        memory = ((),) * B if lbfgs else ()
+        if lbfgs and self.start_memory is not None and len(self.start_memory) == B and all(
+                s.shape == (m,) for pairs in self.start_memory for s, _y in pairs):
+            memory = tuple(tuple(pairs) for pairs in self.start_memory)
         return ProximalState(theta=self.project(theta), n_rows=n_rows,
                              full=not lbfgs and n_rows < ROWS_PER_PARAMETER * m,
-                             memory=((),) * B if lbfgs else ())
+                             memory=memory)
 
     def params(self, state: ProximalState):
         return state.theta, 0.0, state.probe
@@ -294,16 +316,25 @@ class ProximalMixin:
             x = l1_quadratic(A, A @ theta - blk.grad, lam, theta, positive=self.positive,
                              recentre=self.recentre, tol=SUBPROBLEM_TOL * self.tol)
             return StepModel(theta, blk.grad, lam, x - theta, hess=A)
-        d0 = diagonal(blk.curv[0] + reg)
         pg = pseudo_gradient(theta, blk.grad, lam, self.positive)
-        d = -lbfgs_solve(pairs, d0, pg)
+        # The quasi-Newton model on the parameters that may move: the others are held at
+        # zero, so the curvature that matters is the free block's. The pairs restricted to
+        # it stay exact for a quadratic while the zero set does not change (their steps
+        # are zero off it), and the step is then the L-BFGS step of the free block.
+        free = (theta != 0) | (pg != 0)
+        d0 = diagonal(blk.curv[0] + reg)[free]
+        sub = tuple(p for p in ((s[free], y[free]) for s, y in pairs)
+                    if float(p[0] @ p[1]) > 1e-12 * float(p[0] @ p[0]))
+        d = np.zeros_like(theta)
+        d[free] = -lbfgs_solve(sub, d0, pg[free])
         d[d * pg >= 0] = 0.0  # only where the pseudo-gradient descends
         orthant = np.sign(theta)
         zero = theta == 0
         orthant[zero] = np.sign(-pg[zero])
         if self.positive:
             np.maximum(orthant, 0.0, out=orthant)
-        return StepModel(theta, blk.grad, lam, d, d0=d0, pairs=tuple(pairs), orthant=orthant)
+        return StepModel(theta, blk.grad, lam, d, d0=d0, pairs=sub, orthant=orthant,
+                         slope=float(pg @ d), free=free)
 
     @one_blas_thread
     def update(self, state: ProximalState, stats: RoundStats, n_rows: int) -> ProximalState:
@@ -496,6 +527,10 @@ class ProximalLinear(ProximalMixin, LinearNewton):
         L1 penalty on the coefficients.
     positive : bool, default=False
         Constrain the coefficients to be non-negative.
+    start_memory : tuple or None, default=None
+        Per block, L-BFGS pairs ``(s, y)`` to start from (a warm start: the memory a
+        previous fit ended with, ``state.memory``); used when the model is above
+        ``max_hessian`` and the pairs have its size.
     loss, n_blocks, l2, l2_intercept, fit_intercept, tol, max_hessian, hessian_stride, start
         See :class:`~daskabsp.programs.LinearNewton` (``loss`` "logistic" or "squared").
 
@@ -508,6 +543,7 @@ class ProximalLinear(ProximalMixin, LinearNewton):
 
     l1: float = 0.0
     positive: bool = False
+    start_memory: tuple | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -537,12 +573,15 @@ class ProximalMultinomial(ProximalMixin, MultinomialNewton):
         L1 penalty on the coefficients (every class's), not on the intercepts.
     positive : bool, default=False
         Constrain the coefficients to be non-negative.
+    start_memory : tuple or None, default=None
+        Per block, L-BFGS pairs to start from (see :class:`ProximalLinear`).
     n_classes, l2, l2_intercept, fit_intercept, tol, max_hessian, hessian_stride, start
         See :class:`~daskabsp.programs.MultinomialNewton`.
     """
 
     l1: float = 0.0
     positive: bool = False
+    start_memory: tuple | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:  # type: ignore[override]
