@@ -135,9 +135,12 @@ def test_least_squares_reach_sklearns_optimum(regression, slowed, name, sync):
     if l1 > 0:
         np.testing.assert_array_equal(est.coef_ != 0, ref.coef_ != 0)
         assert est.dual_gap_ < 1e-9
-    assert est.n_iter_ == 1  # one pass of moments, whatever the sync model
-    if sync != "ssp3":
+    assert est.history_.attrs["converged"] == 1
+    if sync != "ssp3":  # one round: one pass of moments
+        assert est.n_iter_ == 1
         assert int(est.history_.rows_total.sum()) == len(y)
+    else:  # the straggler's first report completes the pass; the others ran ahead
+        assert est.n_iter_ <= 1 + 3
 
 
 def test_linear_regression_rank_and_singular_values(client):
