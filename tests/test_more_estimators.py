@@ -191,8 +191,7 @@ def test_l1_logistic_reaches_sklearns_optimum(clf_data, slowed, name, sync):
                            logistic_objective(ref, X, y, l1_ratio, C))
     np.testing.assert_array_equal(est.coef_ != 0, ref.coef_ != 0)
     assert 0 < np.count_nonzero(est.coef_) < est.coef_.size  # the penalty matters here
-    if sync.startswith("absp"):  # partial rounds, then the support settled on full ones
-        assert harvested_rounds(est) > 0
+    if sync.startswith("absp"):  # the support is settled on a round over every row
         assert est.history_.rows_total.values[-1] == len(y)
 
 

@@ -39,9 +39,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+import scipy.sparse as sp
 
 from .aggregate import Piece, previous, put_piece, rows_of, total
 from .base import PartitionStats
@@ -51,7 +52,7 @@ from .incremental import model_form
 from .l1 import bfgs_matvec, kkt_violation, l1_quadratic, soft_threshold
 from .linear import LinearNewton
 from .multinomial import MultinomialNewton
-from .newton import ROWS_PER_PARAMETER
+from .newton import ROWS_PER_PARAMETER, TaskParams
 from .trust_region import TrustRegion, one_blas_thread
 
 #: The full step's predicted decrease must be at most this times ``tol`` to stop (as the
@@ -101,9 +102,9 @@ class StepModel:
     slope : float
         Quasi-Newton: the derivative of the model along ``direction`` at ``theta`` (the
         pseudo-gradient times the direction; negative).
-    free : ndarray of bool or None
-        Quasi-Newton: the parameters the step may move (the rest stay at zero); ``d0`` and
-        ``pairs`` are restricted to them.
+    free : ndarray or None
+        The parameters the step may move (a boolean mask or indices; the rest stay where
+        they are); ``hess``, ``d0`` and ``pairs`` are restricted to them.
     """
 
     theta: np.ndarray
@@ -119,12 +120,13 @@ class StepModel:
 
     def times(self, v: np.ndarray) -> np.ndarray:
         """The model's curvature times ``v``."""
-        if self.hess is not None:
-            return self.hess @ v
         if self.free is None:
-            return bfgs_matvec(self.pairs, self.d0, v)
+            return self.hess @ v if self.hess is not None else \
+                bfgs_matvec(self.pairs, self.d0, v)
+        sub = v[self.free]
         out = np.zeros_like(v)
-        out[self.free] = bfgs_matvec(self.pairs, self.d0, v[self.free])
+        out[self.free] = self.hess @ sub if self.hess is not None else \
+            bfgs_matvec(self.pairs, self.d0, sub)
         return out
 
     def predicted(self, delta: np.ndarray) -> float:
@@ -195,6 +197,11 @@ class ProximalState:
     #: The last round over every row: the parameters it was taken at, and per block the
     #: mean loss and its gradient there (no penalty), e.g. for a duality gap.
     last_exact: tuple | None = None
+    #: Large models near their optimum: the parameters whose Hessian block the next round
+    #: computes (their support and the violators; sorted indices), and the support of the
+    #: last step (to see that it has settled).
+    support: np.ndarray | None = None
+    nonzero: tuple[int, ...] | None = None
     #: SSP/ASP: each partition's latest model, the radius metric and the objective.
     pieces: tuple[Piece, ...] = ()
     metric: tuple = ()
@@ -211,6 +218,8 @@ class _Block:
     #: The loss alone (no penalty): its mean and gradient.
     loss: float = math.nan
     loss_grad: np.ndarray | None = None
+    #: The Hessian block of ``ProximalState.support`` (when the round computed it).
+    support_hess: np.ndarray | None = None
 
 
 class ProximalMixin:
@@ -246,11 +255,15 @@ class ProximalMixin:
         if lbfgs and self.start_memory is not None and len(self.start_memory) == B and all(
                 s.shape == (m,) for pairs in self.start_memory for s, _y in pairs):
             memory = tuple(tuple(pairs) for pairs in self.start_memory)
-        return ProximalState(theta=self.project(theta), n_rows=n_rows,
+        theta = self.project(theta)
+        return ProximalState(theta=theta, n_rows=n_rows,
                              full=not lbfgs and n_rows < ROWS_PER_PARAMETER * m,
-                             memory=memory)
+                             memory=memory,
+                             support=None if self.start is None else self.start_support(theta))
 
     def params(self, state: ProximalState):
+        if state.support is not None:
+            return state.theta, 0.0, state.probe, state.support
         return state.theta, 0.0, state.probe
 
     def full_round(self, state: ProximalState) -> bool:
@@ -297,20 +310,34 @@ class ProximalMixin:
         full = self.curvature(m).kind == "full"
         reg, lam = self.reg(m), self.l1_weights(m)
         out = []
+        support = self.support_block(rs.total, theta, state.support)
         for b, (loss, sq, _rep, g, h) in enumerate(self.block_views(rs.total, theta)):
             th = theta[b]
             f = loss[0] / W + 0.5 * th @ (reg * th) + lam @ np.abs(th)
             curv = h.reshape(m, m) / W if full else (h[:m] / W, h[m:] / W)
             out.append(_Block(float(f), g / W + reg * th, curv,
                               _noise(loss[0], sq[0], W, rs.rows, state.n_rows),
-                              rs.rows >= state.n_rows, float(loss[0] / W), g / W))
+                              rs.rows >= state.n_rows, float(loss[0] / W), g / W,
+                              None if support is None else support / W))
         rs.cache[key] = out
         return out
 
-    def _step_model(self, theta: np.ndarray, blk: _Block, pairs) -> StepModel:
-        """The block's proximal Newton (full Hessian) or OWL-QN (L-BFGS) model and step."""
+    def _step_model(self, theta: np.ndarray, blk: _Block, pairs,
+                    support: np.ndarray | None = None) -> StepModel:
+        """The block's proximal Newton (full Hessian, or the block of ``support``) or OWL-QN
+        (L-BFGS) model and step."""
         m = theta.shape[0]
         reg, lam = self.reg(m), self.l1_weights(m)
+        if blk.support_hess is not None:
+            # Proximal Newton on the support block: the other parameters are zero and stay
+            # there (none of them violates the optimality conditions enough to be in it).
+            S = support
+            A = blk.support_hess + np.diag(reg[S])
+            x = l1_quadratic(A, A @ theta[S] - blk.grad[S], lam[S], theta[S],
+                             positive=self.positive, tol=SUBPROBLEM_TOL * self.tol)
+            d = np.zeros_like(theta)
+            d[S] = x - theta[S]
+            return StepModel(theta, blk.grad, lam, d, hess=A, free=S)
         if not isinstance(blk.curv, tuple):
             A = self._flat_fixed(blk.curv + np.diag(reg))
             x = l1_quadratic(A, A @ theta - blk.grad, lam, theta, positive=self.positive,
@@ -367,7 +394,8 @@ class ProximalMixin:
                 done.append(False)
                 noisy.append(False)
                 continue
-            model = self._step_model(theta[b], blk, memory[b] if lbfgs else ())
+            model = self._step_model(theta[b], blk, memory[b] if lbfgs else (),
+                                     state.support)
             delta, pred, length = model.step(tr.radius)
             full_delta, full_pred, _ = model.step(math.inf)
             kkt = float(kkt_violation(theta[b], blk.grad, model.lam, self.positive).max())
@@ -388,6 +416,7 @@ class ProximalMixin:
         few_rows = not lbfgs and stats.rows < ROWS_PER_PARAMETER * m
         full = state.full or few_rows or all(n or d for n, d in zip(noisy, done, strict=True))
         new = self.project(new)
+        support, nonzero = self.next_support(state, blocks, new)
         last = state.last_exact
         if blocks[0].exact:
             last = (theta, tuple((b.loss, b.loss_grad) for b in blocks))
@@ -395,7 +424,25 @@ class ProximalMixin:
             state, theta=new, round=state.round + 1, radius=tuple(radius),
             pending=tuple(new_pending), full=full, converged=all(done),
             probe=(new - theta) if lbfgs else None, memory=tuple(memory),
-            violation=violation, last_exact=last)
+            violation=violation, last_exact=last, support=support, nonzero=nonzero)
+
+    # -- the support block of large models ---------------------------------------------------
+
+    def support_block(self, stats: np.ndarray, theta: np.ndarray,
+                      support: np.ndarray | None) -> np.ndarray | None:
+        """The Hessian block of ``support`` summed in ``stats`` (None when the round did not
+        compute one). Programs without support statistics return None."""
+        return None
+
+    def start_support(self, theta: np.ndarray) -> np.ndarray | None:
+        """The support block of a warm start's first round (none by default)."""
+        return None
+
+    def next_support(self, state: ProximalState, blocks: list[_Block],
+                     new: np.ndarray) -> tuple[np.ndarray | None, tuple[int, ...] | None]:
+        """The parameters whose Hessian block the next round computes, and the support of
+        the new parameters (programs without support statistics: none)."""
+        return None, None
 
     # -- SSP and ASP ------------------------------------------------------------------------
 
@@ -521,6 +568,18 @@ def pseudo_gradient(x: np.ndarray, grad: np.ndarray, lam: np.ndarray,
     return pg
 
 
+#: Largest support (coefficients) whose Hessian block large models compute near their optimum
+#: (see :class:`ProximalLinear`): 512^2 floats, 2 MiB per task.
+SUPPORT_LIMIT = 512
+
+
+class SupportParams(NamedTuple):
+    """A round's parameters with the support whose Hessian block it computes."""
+
+    task: TaskParams
+    support: np.ndarray
+
+
 @dataclass
 class ProximalLinear(ProximalMixin, LinearNewton):
     """A binary linear model (logistic, or squared loss) with L1 and L2 penalties, by
@@ -571,6 +630,103 @@ class ProximalLinear(ProximalMixin, LinearNewton):
         if self.fit_intercept:
             mask[-1] = False
         return mask
+
+    # -- large models: the Hessian block of the support -----------------------------------
+    #
+    # Above ``max_hessian`` the rounds take orthant-wise L-BFGS steps, whose convergence is
+    # linear (measured on 200 000 x 100 000 text rows: the objective's excess halved about
+    # every round). Once the support has settled (the same non-zero coefficients two rounds
+    # running) and is small, the rounds also sum the Hessian of the support and of the
+    # coefficients that violate the optimality conditions, a block of at most
+    # ``SUPPORT_LIMIT`` parameters, and the step is proximal Newton on it: the quadratic
+    # convergence of the small models (the scheme of newGLMNET, Yuan, Ho and Lin, JMLR
+    # 2012, without its inner line search).
+
+    def _base_params(self, params):
+        return params[:3] if len(params) == 4 else params
+
+    def new_stats(self, params) -> np.ndarray:
+        base = super().new_stats(self._base_params(params))
+        if len(params) != 4:
+            return base
+        k = len(params[3])
+        return np.concatenate([base, np.zeros(k * k)])
+
+    def prepare(self, params):
+        if isinstance(params, SupportParams):
+            return params
+        if len(params) == 4:
+            return SupportParams(super().prepare(params[:3]), np.asarray(params[3]))
+        return super().prepare(params)
+
+    def accumulate(self, acc, params, X, y, sample_weight) -> None:
+        if not isinstance(params, SupportParams):
+            super().accumulate(acc, params, X, y, sample_weight)
+            return
+        tp, S = params
+        L = acc.shape[0] - S.shape[0] ** 2
+        super().accumulate(acc[:L], tp, X, y, sample_weight)
+        z = self.scores(tp, X)[:, 0]
+        d2 = self.pointwise()(z, y, 0.0)[2]
+        if sample_weight is not None:
+            d2 = d2 * sample_weight
+        d = X.shape[1]
+        cols = S[d > S]
+        k = S.shape[0]
+        H = acc[L:].reshape(k, k)
+        XS = X[:, cols]
+        kc = cols.shape[0]
+        if sp.issparse(XS):
+            H[:kc, :kc] += (XS.T @ (sp.diags(d2) @ XS)).toarray()
+        else:
+            H[:kc, :kc] += (XS * d2[:, None]).T @ XS
+        if kc < k:  # the intercept
+            side = np.asarray(XS.T @ d2).ravel()
+            H[:kc, kc] += side
+            H[kc, :kc] += side
+            H[kc, kc] += d2.sum()
+
+    def support_block(self, stats, theta, support):
+        if support is None:
+            return None
+        base = super().new_stats((theta, 0.0, None)).shape[0]
+        k = support.shape[0]
+        if stats.shape[0] != base + k * k:
+            return None
+        return stats[base:].reshape(k, k)
+
+    def start_support(self, theta):
+        """A warm start's support (its non-zero coefficients, and the intercept): the path
+        of a regularisation changes it little, so the first round already computes its
+        Hessian block (coefficients that should join it are added from the next round)."""
+        m = theta.shape[1]
+        if self.curvature(m).kind != "lbfgs" or theta.shape[0] != 1:
+            return None
+        pen = self.penalised(m)
+        nonzero = np.flatnonzero(pen & (theta[0] != 0))
+        if not 0 < nonzero.size <= SUPPORT_LIMIT:
+            return None
+        return np.union1d(nonzero, np.flatnonzero(~pen)).astype(np.intp)
+
+    def next_support(self, state, blocks, new):
+        m = new.shape[1]
+        if self.curvature(m).kind != "lbfgs" or len(blocks) != 1:
+            return None, None
+        nonzero = tuple(np.flatnonzero(new[0][self.penalised(m)]).tolist())
+        if len(nonzero) > SUPPORT_LIMIT or (state.support is None
+                                            and nonzero != state.nonzero):
+            return None, nonzero
+        blk = blocks[0]
+        lam = self.l1_weights(m)
+        theta = state.theta[0]
+        kkt = kkt_violation(theta, blk.grad, lam, self.positive)
+        zero = (new[0] == 0) & self.penalised(m)
+        room = SUPPORT_LIMIT - len(nonzero)
+        order = np.argsort(-np.where(zero, kkt, 0.0))
+        violators = [j for j in order[:room] if zero[j] and kkt[j] > 0]
+        S = sorted(set(nonzero) | set(violators) | (
+            {m - 1} if self.fit_intercept else set()))
+        return np.asarray(S, dtype=np.intp), nonzero
 
 
 @dataclass
