@@ -7,6 +7,8 @@ to ``z``. Classification targets are in {0, 1}.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from scipy.special import xlogy
 
@@ -74,6 +76,7 @@ def softplus_hinge(z: np.ndarray, y: np.ndarray, width: float = 1.0):
     return loss, p, d2
 
 
+@functools.cache
 def tweedie(power: float):
     """The half Tweedie deviance of ``power`` with the log link, ``mu = exp(z)``, as a loss
     of the scores (``loss(z, y, width) -> (loss, d1, d2)``; ``width`` unused).
