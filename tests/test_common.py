@@ -23,7 +23,6 @@ from daskabsp.estimators import (
 ESTIMATORS = [
     LogisticRegression(),
     LogisticRegression(l1_ratio=1.0),
-    LogisticRegression(l1_ratio=0.5),
     LinearSVC(),
     LinearSVC(loss="hinge"),
     Ridge(),
@@ -31,7 +30,6 @@ ESTIMATORS = [
     PoissonRegressor(),
     GammaRegressor(),
     TweedieRegressor(),
-    TweedieRegressor(power=1.5),
     LinearRegression(),
     Lasso(alpha=0.1),
     ElasticNet(alpha=0.1),
