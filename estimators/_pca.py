@@ -30,6 +30,8 @@ from ._validation import (
     validate_params,
 )
 
+#: Most rounds of a fit (a one-pass fit takes one).
+MAX_ROUNDS = 1000
 #: Relative Ritz residual the subspace iteration stops at when ``tol=0`` (scikit-learn's
 #: "machine precision" for ARPACK): eigenvalues are then exact to about its square.
 SUBSPACE_TOL = 1e-9
@@ -47,7 +49,8 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EngineMixin, BaseEs
     variances and methods, computed over the partitions of the data in one of two ways.
 
     * **One pass** (``svd_solver`` ``"covariance_eigh"`` and ``"full"``, and ``"auto"`` for
-      data of at most 1 000 features and ten times as many rows, scikit-learn's rule): every
+      data of at most 1 000 features and ten times as many rows, scikit-learn's rule, sparse
+      rows included, for which scikit-learn takes ARPACK): every
       partition sums its rows and their Gram matrix, the driver takes the eigenvectors of
       the covariance (:class:`daskabsp.programs.CovarianceMoments`). The pass is a full
       round under every sync model (stopping it early saves nothing; the default A-BSP lends
@@ -194,15 +197,20 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EngineMixin, BaseEs
         self.verbose = verbose
 
     def _callback_max_rounds(self) -> int:
-        return 100
+        return MAX_ROUNDS
 
     # -- fit ----------------------------------------------------------------------------------
 
     def _solver(self, n: int, d: int, sparse: bool, n_components) -> str:
-        """scikit-learn's choice of solver for ``svd_solver="auto"``."""
+        """scikit-learn's choice of solver for ``svd_solver="auto"``, except that sparse
+        rows of at most 1 000 features and ten times as many rows get the one-pass solver too
+        (scikit-learn takes ARPACK for every sparse input: its covariance would be dense; here
+        the Gram matrix is summed from the sparse rows, and one pass is exact)."""
         solver = self.svd_solver
         if solver != "auto":
             return solver
+        if d <= 1_000 and n >= 10 * d:
+            return "covariance_eigh"
         if sparse:
             return "arpack"
         if d <= 1_000 and n >= 10 * d:
@@ -278,7 +286,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EngineMixin, BaseEs
                 "Give an integer n_components (found by subspace iteration).")
         if one_pass:
             res = self._run_engine(CovarianceMoments(shift=shift), data, None, None,
-                                   max_iter=100, attributes=lambda c: {})
+                                   max_iter=MAX_ROUNDS, attributes=lambda c: {})
             self._set_full(res.state.solution, n, d, solver, n_components)
         else:
             k = int(n_components)
@@ -287,7 +295,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EngineMixin, BaseEs
             program = SubspacePCA(n_components=k, n_oversamples=int(self.n_oversamples),
                                   tol=self.tol or SUBSPACE_TOL, max_passes=passes,
                                   seed=seed, shift=shift)
-            res = self._run_engine(program, data, None, None, max_iter=1000,
+            res = self._run_engine(program, data, None, None, max_iter=MAX_ROUNDS,
                                    attributes=lambda c: {})
             self._set_truncated(res.state, n, d, k)
         self.n_samples_ = n
