@@ -28,7 +28,6 @@ _LAZY = {
     "Program": "programs", "SlowWorkers": "lab.stragglers", "slow_workers": "lab.stragglers",
     "compute_answering": "answering", "answering_workers": "answering",
     "stuck_keys": "answering", "in_memory_rows": "engine.partitions",
-    "OPTION_CONSTRAINTS": "validation",
 }
 
 if TYPE_CHECKING:
@@ -41,7 +40,6 @@ if TYPE_CHECKING:
     from .monitor.plot import plot_objectives
     from .policies import ABSP, ASP, BSP, SSP, SYNC_NAMES, Policy, as_policy
     from .programs import LogisticGD, Program
-    from .validation import OPTION_CONSTRAINTS
 
 
 def __getattr__(name: str):
@@ -63,7 +61,6 @@ __all__ = [
     "ABSP",
     "ASP",
     "BSP",
-    "OPTION_CONSTRAINTS",
     "SSP",
     "SYNC_NAMES",
     "FitInfo",

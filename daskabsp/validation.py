@@ -16,6 +16,8 @@ from sklearn.utils._param_validation import (
 
 from .policies import SYNC_NAMES, Policy
 
+__all__ = ["FIT_CONSTRAINTS", "OPTION_CONSTRAINTS", "check_options"]
+
 #: What each engine option may be, in scikit-learn's form of parameter constraints:
 #: :func:`daskabsp.fit` checks its arguments against these, and the estimators take the same
 #: lists for their engine options.

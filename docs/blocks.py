@@ -752,7 +752,7 @@ def block_embedded() -> str:
 
 #: What the constraints alone do not say: values allowed by the constraints but rejected
 #: with the other parameters (``_check_param_combinations``).
-ACCEPTED = {("LogisticRegression", "l1_ratio"): "`0` or `None`"}
+ACCEPTED: dict[tuple[str, str], str] = {}
 
 
 def describe(constraints: list) -> str:
@@ -786,16 +786,25 @@ def describe(constraints: list) -> str:
 
 
 def block_parameters() -> str:
+    from sklearn import linear_model as sk_linear
     from sklearn.cluster import KMeans as SkKMeans
+    from sklearn.decomposition import PCA as SkPCA
     from sklearn.linear_model import LogisticRegression as SkLogisticRegression
     from sklearn.linear_model import Ridge as SkRidge
     from sklearn.svm import LinearSVC as SkLinearSVC
 
+    from daskabsp import estimators as est
     from daskabsp.estimators import KMeans, LinearSVC, LogisticRegression, Ridge
 
     out = []
     for ours, theirs in ((LogisticRegression, SkLogisticRegression), (LinearSVC, SkLinearSVC),
-                         (Ridge, SkRidge), (KMeans, SkKMeans)):
+                         (Ridge, SkRidge), (KMeans, SkKMeans),
+                         (est.PoissonRegressor, sk_linear.PoissonRegressor),
+                         (est.GammaRegressor, sk_linear.GammaRegressor),
+                         (est.TweedieRegressor, sk_linear.TweedieRegressor),
+                         (est.LinearRegression, sk_linear.LinearRegression),
+                         (est.Lasso, sk_linear.Lasso), (est.ElasticNet, sk_linear.ElasticNet),
+                         (est.PCA, SkPCA)):
         sk = inspect.signature(theirs).parameters
         out += [f"**{ours.__name__}** (scikit-learn's `{theirs.__name__}`)", "",
                 "| parameter | default | status |", "|---|---|---|"]
@@ -804,6 +813,8 @@ def block_parameters() -> str:
                 ours._parameter_constraints[name])
             if name in ours._ignored:
                 status = f"**ignored** ({accepted}): {ours._ignored[name]}"
+                if name in ours._rejected:
+                    status += f" Other values **rejected**: {ours._rejected[name]}"
             elif name in ours._rejected:
                 status = f"**supported**: {accepted}. Other values **rejected**: " \
                          f"{ours._rejected[name]}"

@@ -7,10 +7,27 @@ methods follow scikit-learn's, and every estimator also takes the engine's optio
 embedded ``LocalCluster``.
 """
 
+from ._elastic_net import ElasticNet, Lasso
+from ._glm import GammaRegressor, PoissonRegressor, TweedieRegressor
 from ._kmeans import KMeans
+from ._least_squares import LinearRegression
 from ._logistic import LogisticRegression
+from ._pca import PCA
 from ._ridge import Ridge
 from ._svm import LinearSVC
 from ._validation import InvalidParameterError
 
-__all__ = ["InvalidParameterError", "KMeans", "LinearSVC", "LogisticRegression", "Ridge"]
+__all__ = [
+    "PCA",
+    "ElasticNet",
+    "GammaRegressor",
+    "InvalidParameterError",
+    "KMeans",
+    "Lasso",
+    "LinearRegression",
+    "LinearSVC",
+    "LogisticRegression",
+    "PoissonRegressor",
+    "Ridge",
+    "TweedieRegressor",
+]

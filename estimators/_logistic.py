@@ -11,13 +11,20 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.linear_model import LogisticRegression as SkLogisticRegression
 from sklearn.utils.validation import check_is_fitted
 
-from daskabsp.programs import LinearNewton, MultinomialNewton, hessian_limit
+from daskabsp.programs import (
+    LinearNewton,
+    MultinomialNewton,
+    ProximalLinear,
+    ProximalMultinomial,
+    hessian_limit,
+)
 
 from ._callbacks import fit_with_callbacks
 from ._classes import encode_targets
 from ._classifier import LinearClassifierPredictMixin
 from ._engine import EngineMixin
 from ._inputs import validate_fit
+from ._least_squares import warm_coefficients
 from ._linear import split_theta
 from ._validation import (
     BOOLEAN,
@@ -26,7 +33,6 @@ from ._validation import (
     Hidden,
     Interval,
     StrOptions,
-    reject,
     validate_params,
 )
 
@@ -46,34 +52,38 @@ CLASS_WEIGHT = [dict, StrOptions({"balanced"}), None]
 
 class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMixin,
                          BaseEstimator):
-    """L2-regularised logistic regression whose fit runs on a Dask cluster (A-BSP by default).
+    """Logistic regression whose fit runs on a Dask cluster (A-BSP by default).
 
-    A drop-in for :class:`sklearn.linear_model.LogisticRegression` with the L2 penalty (or
-    none): it minimises the same objective ``C * sum_i s_i log_loss_i + ||w||^2 / 2``
-    (binomial for two classes, multinomial for more; the intercept is not penalised) by
-    trust-region Newton, or L-BFGS steps from Hessian-vector products for large models, over
-    the partitions of the data, each round ending when the fastest partition has scanned its
-    rows (see :class:`daskabsp.programs.LinearNewton`).
+    A drop-in for :class:`sklearn.linear_model.LogisticRegression`: it minimises the same
+    objective ``C * sum_i s_i log_loss_i + r ||w||_1 + (1 - r) ||w||^2 / 2`` (``r`` the
+    ``l1_ratio``; binomial for two classes, multinomial for more; the intercept is not
+    penalised). With the L2 penalty (or none): by trust-region Newton, or L-BFGS steps from
+    Hessian-vector products for large models (see :class:`daskabsp.programs.LinearNewton`).
+    With an L1 part: by proximal Newton steps, the L1 term applied on the driver to the
+    rows' Newton model (orthant-wise L-BFGS steps for large models), the support settled on
+    full rounds (see :class:`daskabsp.programs.ProximalLinear`). Each round ends when the
+    fastest partition has scanned its rows.
 
     Every parameter of scikit-learn's class is accepted, with its default; those that choose
     how scikit-learn solves the problem (``solver``, ``dual``, ``intercept_scaling``,
-    ``n_jobs``) are ignored, and those that ask for what the engine does not do (L1 and
-    elastic-net penalties, liblinear's objective, warm starts) are rejected with the reason.
+    ``n_jobs``) are ignored, and those that ask for what the engine does not do
+    (liblinear's objective) are rejected with the reason.
 
     Parameters
     ----------
-    penalty : {"l2", None}, default="deprecated"
+    penalty : {"l1", "l2", "elasticnet", None}, default="deprecated"
         scikit-learn's deprecated way of choosing the penalty (its default, ``"deprecated"``,
-        means: from ``l1_ratio`` and ``C``). ``None``: no penalty (as ``C=np.inf``).
-        ``"l1"`` and ``"elasticnet"`` are rejected: Newton steps need a twice-differentiable
-        objective. (With scikit-learn older than 1.8 the default is ``"l2"``.)
+        means: from ``l1_ratio`` and ``C``). ``None``: no penalty (as ``C=np.inf``);
+        ``"l1"``: ``l1_ratio=1``; ``"elasticnet"``: the given ``l1_ratio``. (With
+        scikit-learn older than 1.8 the default is ``"l2"``.)
     C : float, default=1.0
         Inverse of the regularisation strength; ``np.inf``: no penalty. Without a penalty
         the optimum may not be unique (collinear features) or not exist (separable
         classes); the fit then stops where the gradient test passes.
     l1_ratio : float, default=0.0
-        Only 0 (the L2 penalty) is accepted: the L1 part is not implemented. ``None`` (the
-        default before scikit-learn 1.8) means 0.
+        The share of the L1 penalty: 0 the L2 penalty, 1 the L1 penalty (a sparse model),
+        between the elastic net. ``None`` (the default before scikit-learn 1.8) means 0.
+        Any solver value works with it (scikit-learn asks for ``"saga"``).
     dual : bool, default=False
         Only ``False``: scikit-learn's dual formulation exists for liblinear only, whose
         objective is not this one.
@@ -81,7 +91,8 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
         Stop when ``max |gradient| <= tol`` and the Newton decrement ``d`` has
         ``d^2 / 2 <= tol / 100`` (scikit-learn's Newton solvers' rule, a little tighter), on
         the objective divided by ``C * sum(sample_weight)``, on statistics covering every row
-        once.
+        once. With an L1 part the gradient test is on the optimality conditions (the
+        gradient against the L1 term's subdifferential).
     fit_intercept : bool, default=True
         Whether to fit an intercept (not penalised).
     intercept_scaling : float, default=1
@@ -104,7 +115,8 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
         share of the rows asked for that were used, partitions harvested, elapsed time): a
         widget in a notebook, a text bar elsewhere.
     warm_start : bool, default=False
-        Only ``False``: every fit starts from zero (warm starts are not implemented).
+        Start from the ``coef_`` and ``intercept_`` of the previous fit (when it had the
+        same features and number of classes); else from zero.
     n_jobs : int, default=None
         Ignored: the parallelism is the Dask cluster's worker threads (deprecated in
         scikit-learn 1.8 too).
@@ -178,7 +190,8 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
     _counterpart = SkLogisticRegression
 
     _parameter_constraints: dict = {
-        "penalty": [StrOptions({"l2"}), None, Hidden(StrOptions({"deprecated"}))],
+        "penalty": [StrOptions({"l1", "l2", "elasticnet"}), None,
+                    Hidden(StrOptions({"deprecated"}))],
         "C": [Interval(Real, 0, None, closed="right")],
         "l1_ratio": [Interval(Real, 0, 1, closed="both"), None],
         "dual": FALSE_ONLY,
@@ -189,24 +202,17 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
         "random_state": ["random_state"],
         "solver": [StrOptions(SAME_OBJECTIVE_SOLVERS)],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
-        "warm_start": FALSE_ONLY,
+        "warm_start": BOOLEAN,
         "n_jobs": [None, Integral],
         **ENGINE_CONSTRAINTS,
     }
     _rejected: dict = {
-        "penalty": "daskabsp fits the L2 penalty or none: the L1 and elastic-net penalties "
-                   "are not differentiable, and its Newton steps need a twice-differentiable "
-                   "objective.",
-        "l1_ratio": "daskabsp fits the L2 penalty (l1_ratio=0) only: the L1 part is not "
-                    "differentiable, and its Newton steps need a twice-differentiable "
-                    "objective.",
         "solver": "'liblinear' penalises the intercept and fits several classes one-vs-rest, "
                   "another objective than the one daskabsp minimises; the other solvers are "
                   "accepted and ignored (the engine chooses Newton or L-BFGS steps).",
         "dual": "scikit-learn's dual formulation is liblinear's, whose objective penalises "
                 "the intercept; daskabsp solves the primal of the objective above.",
         "max_iter": "A fit runs at least one round.",
-        "warm_start": "Warm starts are not implemented: every fit starts from zero.",
     }
 
     #: scikit-learn's parameters accepted but without effect here, and why.
@@ -245,18 +251,26 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
         self.quota = quota
         self.chunk_target = chunk_target
 
-    def _check_param_combinations(self) -> None:
-        """What scikit-learn's constraints allow but daskabsp does not do: an L1 part of the
-        penalty (called by ``validate_params`` after the constraints)."""
-        if self.l1_ratio not in (None, 0) and self.penalty is not None:
-            raise reject(self, "l1_ratio", "0 or None", self._rejected["l1_ratio"])
+    def _l1_ratio(self) -> float:
+        """The share of the L1 penalty, resolved as scikit-learn resolves ``penalty`` and
+        ``l1_ratio``."""
+        if self.penalty == "l1":
+            return 1.0
+        if self.penalty == "elasticnet":
+            if self.l1_ratio is None:
+                raise ValueError("l1_ratio must be specified when penalty is elasticnet.")
+            return float(self.l1_ratio)
+        if self.penalty == "deprecated" and self.l1_ratio is not None:
+            return float(self.l1_ratio)
+        return 0.0
 
-    def _l2_scale(self) -> float:
-        """``1 / C`` of the objective, 0 without a penalty (``penalty=None`` or
-        ``C=np.inf``)."""
+    def _penalty_scales(self) -> tuple[float, float]:
+        """``(L1, L2)`` penalty constants of the objective divided by ``C``: ``(r / C, (1 -
+        r) / C)``, 0 without a penalty (``penalty=None`` or ``C=np.inf``)."""
+        r = self._l1_ratio()
         if self.penalty is None or np.isinf(self.C):
-            return 0.0
-        return 1.0 / self.C
+            return 0.0, 0.0
+        return r / self.C, (1.0 - r) / self.C
 
     @fit_with_callbacks
     def fit(self, X, y, sample_weight=None):
@@ -282,13 +296,18 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
         with self._client().as_current():  # a lazy target is computed where the fit runs
             t = encode_targets(self, data, self.class_weight)
         K, d = len(t.classes), data.X.shape[1]
-        l2 = self._l2_scale() / t.weight_sum
+        l1, l2 = (s / t.weight_sum for s in self._penalty_scales())
+        start = warm_coefficients(self, d, 1 if K == 2 else K)
+        if start is not None:
+            start = start.reshape(1, -1)
+        common = dict(l2=l2, fit_intercept=self.fit_intercept, tol=self.tol,
+                      max_hessian=hessian_limit(data.n_samples), start=start)
         if K == 2:
-            program = LinearNewton(loss="logistic", l2=l2, fit_intercept=self.fit_intercept,
-                                   tol=self.tol, max_hessian=hessian_limit(data.n_samples))
+            program = (ProximalLinear(loss="logistic", l1=l1, **common) if l1 > 0
+                       else LinearNewton(loss="logistic", **common))
         else:
-            program = MultinomialNewton(n_classes=K, l2=l2, fit_intercept=self.fit_intercept,
-                                        tol=self.tol, max_hessian=hessian_limit(data.n_samples))
+            program = (ProximalMultinomial(n_classes=K, l1=l1, **common) if l1 > 0
+                       else MultinomialNewton(n_classes=K, **common))
 
         def attributes(theta):  # theta: one row of parameters per class (one for K = 2)
             coef, intercept = split_theta(theta, d, self.fit_intercept)

@@ -25,6 +25,7 @@ from sklearn.utils._param_validation import (
     Hidden,
     Interval,
     Options,
+    RealNotInt,
     StrOptions,
     validate_parameter_constraints,
 )
@@ -32,6 +33,7 @@ from sklearn.utils._param_validation import InvalidParameterError as _SkInvalidP
 
 import daskabsp
 from daskabsp import SYNC_NAMES, Policy, as_policy
+from daskabsp.validation import OPTION_CONSTRAINTS
 
 
 class InvalidParameterError(_SkInvalidParameterError):
@@ -65,6 +67,7 @@ __all__ = [
     "Interval",
     "InvalidParameterError",
     "Options",
+    "RealNotInt",
     "StrOptions",
     "check_sample_weight",
     "reject",
@@ -74,7 +77,7 @@ __all__ = [
 #: ``bool`` (numpy booleans accepted but not listed), as scikit-learn's ``"boolean"``.
 BOOLEAN = [bool, Hidden(np.bool_)]
 #: scikit-learn's ``verbose``: a non-negative int or a bool.
-VERBOSE = daskabsp.OPTION_CONSTRAINTS["verbose"]
+VERBOSE = OPTION_CONSTRAINTS["verbose"]
 
 #: ``False`` only (numpy's False too): for flags whose ``True`` daskabsp does not implement.
 FALSE_ONLY = [Options(bool, {False}), Hidden(Options(np.bool_, {np.False_}))]
@@ -82,7 +85,7 @@ FALSE_ONLY = [Options(bool, {False}), Hidden(Options(np.bool_, {np.False_}))]
 _POLICIES = {name: as_policy(name) for name in SYNC_NAMES}
 
 #: Constraints of the engine options every estimator takes: the engine's own.
-ENGINE_CONSTRAINTS: dict[str, list] = dict(daskabsp.OPTION_CONSTRAINTS)
+ENGINE_CONSTRAINTS: dict[str, list] = dict(OPTION_CONSTRAINTS)
 
 
 def validate_params(estimator, constraints: Mapping[str, list]) -> None:

@@ -6,14 +6,35 @@ import pytest
 from distributed import Client, LocalCluster
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from daskabsp.estimators import KMeans, LinearSVC, LogisticRegression, Ridge
+from daskabsp.estimators import (
+    PCA,
+    ElasticNet,
+    GammaRegressor,
+    KMeans,
+    Lasso,
+    LinearRegression,
+    LinearSVC,
+    LogisticRegression,
+    PoissonRegressor,
+    Ridge,
+    TweedieRegressor,
+)
 
 ESTIMATORS = [
     LogisticRegression(),
+    LogisticRegression(l1_ratio=1.0),
     LinearSVC(),
     LinearSVC(loss="hinge"),
     Ridge(),
     KMeans(n_clusters=3, n_init=2),
+    PoissonRegressor(),
+    GammaRegressor(),
+    TweedieRegressor(),
+    LinearRegression(),
+    Lasso(alpha=0.1),
+    ElasticNet(alpha=0.1),
+    PCA(),
+    PCA(n_components=1, svd_solver="randomized"),
 ]
 
 #: Checks that fail by design, per estimator class: {check name: the reason a user would

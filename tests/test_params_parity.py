@@ -9,20 +9,41 @@ import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 from numpydoc.docscrape import ClassDoc
+from sklearn import linear_model as sk_linear
 from sklearn.cluster import KMeans as SkKMeans
 from sklearn.datasets import make_blobs, make_classification, make_regression
+from sklearn.decomposition import PCA as SkPCA
 from sklearn.linear_model import LogisticRegression as SkLogisticRegression
 from sklearn.linear_model import Ridge as SkRidge
 from sklearn.svm import LinearSVC as SkLinearSVC
 from sklearn.utils._param_validation import InvalidParameterError
 
-from daskabsp.estimators import KMeans, LinearSVC, LogisticRegression, Ridge
+from daskabsp.estimators import (
+    PCA,
+    ElasticNet,
+    GammaRegressor,
+    KMeans,
+    Lasso,
+    LinearRegression,
+    LinearSVC,
+    LogisticRegression,
+    PoissonRegressor,
+    Ridge,
+    TweedieRegressor,
+)
 
 PAIRS = [
     (LogisticRegression, SkLogisticRegression),
     (Ridge, SkRidge),
     (LinearSVC, SkLinearSVC),
     (KMeans, SkKMeans),
+    (PoissonRegressor, sk_linear.PoissonRegressor),
+    (GammaRegressor, sk_linear.GammaRegressor),
+    (TweedieRegressor, sk_linear.TweedieRegressor),
+    (LinearRegression, sk_linear.LinearRegression),
+    (Lasso, sk_linear.Lasso),
+    (ElasticNet, sk_linear.ElasticNet),
+    (PCA, SkPCA),
 ]
 ENGINE_OPTIONS = {"sync", "n_partitions", "quota", "chunk_target", "verbose"}
 #: Parameters of our own beyond the engine options, per estimator.
@@ -60,14 +81,13 @@ def test_every_parameter_is_documented_with_its_status(Ours, Theirs):
 
 
 REJECTED = [
-    (LogisticRegression(penalty="l1"), "penalty", "twice-differentiable"),
-    (LogisticRegression(penalty="elasticnet"), "penalty", "twice-differentiable"),
-    (LogisticRegression(l1_ratio=0.5), "l1_ratio", "twice-differentiable"),
-    (LogisticRegression(l1_ratio=1.0), "l1_ratio", "twice-differentiable"),
     (LogisticRegression(solver="liblinear"), "solver", "penalises the intercept"),
     (LogisticRegression(dual=True), "dual", "liblinear"),
-    (LogisticRegression(warm_start=True), "warm_start", "not implemented"),
     (Ridge(positive=True), "positive", "not implemented"),
+    (TweedieRegressor(power=1.5, link="identity"), "link", "constrained fit"),
+    (TweedieRegressor(power=-1.0), "link", "constrained fit"),
+    (Lasso(precompute=np.eye(3)), "precompute", "saves nothing"),
+    (ElasticNet(precompute=np.eye(3)), "precompute", "saves nothing"),
     (Ridge(alpha=np.array([1.0, 2.0])), "alpha", "one target"),
     (LinearSVC(penalty="l1"), "penalty", "twice-differentiable"),
     (LinearSVC(multi_class="crammer_singer"), "multi_class", "not implemented"),
@@ -76,8 +96,14 @@ REJECTED = [
 
 
 @pytest.mark.parametrize("est", [LogisticRegression(penalty="x"), LogisticRegression(C=-1),
-                                 Ridge(alpha=-0.5), LinearSVC(multi_class="x")],
-                         ids=["penalty", "C", "alpha", "multi_class"])
+                                 Ridge(alpha=-0.5), LinearSVC(multi_class="x"),
+                                 PoissonRegressor(alpha=-1.0), TweedieRegressor(link="x"),
+                                 Lasso(alpha=-1.0), ElasticNet(l1_ratio=2.0),
+                                 LinearRegression(tol=-1.0), PCA(svd_solver="x"),
+                                 PCA(n_components=-1)],
+                         ids=["penalty", "C", "alpha", "multi_class", "poisson-alpha",
+                              "tweedie-link", "lasso-alpha", "enet-l1_ratio", "ols-tol",
+                              "pca-solver", "pca-n_components"])
 def test_values_sklearn_rejects_too_get_sklearns_message_alone(est):
     X, y = make_classification(60, 3, n_informative=2, n_redundant=0, random_state=0)
     with pytest.raises(InvalidParameterError, match=r" instead\.$"):
@@ -116,19 +142,29 @@ IGNORED = [
                           "random_state": 3}),
     (Ridge, {"solver": "svd", "copy_X": False, "random_state": 3}),
     (LinearSVC, {"dual": False, "random_state": 3}),
+    (PoissonRegressor, {"solver": "newton-cholesky"}),
+    (LinearRegression, {"copy_X": False, "n_jobs": 2}),
+    (Lasso, {"precompute": True, "copy_X": False, "random_state": 3,
+             "selection": "random"}),
+    (PCA, {"copy": False, "power_iteration_normalizer": "LU"}),
 ]
 
 
 @pytest.mark.parametrize(("Est", "params"), IGNORED, ids=[e.__name__ for e, _ in IGNORED])
 def test_ignored_parameters_change_nothing(small_client, Est, params):
     assert set(params) <= set(Est._ignored)
-    if Est is Ridge:
+    if Est in (Ridge, LinearRegression, Lasso, PCA):
         X, y = make_regression(3000, 5, noise=1.0, random_state=0)
+    elif Est is PoissonRegressor:
+        X, y = make_regression(3000, 5, noise=1.0, random_state=0)
+        y = np.random.default_rng(0).poisson(np.exp(X @ [0.1, -0.2, 0.3, 0.0, 0.1]))
     else:
         X, y = make_classification(3000, 5, n_informative=3, n_redundant=0, random_state=0)
     base = Est(sync="bsp").fit(X, y)
     other = Est(sync="bsp", **params).fit(X, y)
-    np.testing.assert_allclose(other.coef_, base.coef_, rtol=1e-6, atol=1e-9)
+    attr = "components_" if Est is PCA else "coef_"
+    np.testing.assert_allclose(getattr(other, attr), getattr(base, attr), rtol=1e-6,
+                               atol=1e-9)
 
 
 @pytest.mark.parametrize("spelling", [{"penalty": None}, {"C": np.inf}])

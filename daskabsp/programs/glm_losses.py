@@ -7,7 +7,10 @@ to ``z``. Classification targets are in {0, 1}.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+from scipy.special import xlogy
 
 
 def _softplus(u: np.ndarray):
@@ -71,6 +74,60 @@ def softplus_hinge(z: np.ndarray, y: np.ndarray, width: float = 1.0):
     p *= -s
     d2 /= width
     return loss, p, d2
+
+
+@functools.cache
+def tweedie(power: float):
+    """The half Tweedie deviance of ``power`` with the log link, ``mu = exp(z)``, as a loss
+    of the scores (``loss(z, y, width) -> (loss, d1, d2)``; ``width`` unused).
+
+    ``power`` 1 is the Poisson deviance ``mu - y log(mu) + y log(y) - y``, 2 the Gamma
+    deviance ``y / mu + log(mu) - log(y) - 1``, 0 the squared error with a log link; other
+    powers the general form (scikit-learn's ``HalfTweedieLoss`` plus the constant that
+    makes it zero at ``mu = y``: the loss is non-negative, as the Newton programs' trust
+    region and noise estimates expect). The second derivative is clipped at zero: for
+    ``power`` outside [1, 2] it is negative for some rows (the loss is not convex there)
+    and the programs' Hessians must be positive semi-definite; a trust-region step on that
+    model still decreases the objective.
+    """
+    p = float(power)
+    if p == 1.0:
+        return _poisson
+    if p == 2.0:
+        return _gamma
+
+    def loss(z: np.ndarray, y: np.ndarray, width: float = 0.0):
+        a = np.exp((1.0 - p) * z)  # mu^(1 - p)
+        b = np.exp((2.0 - p) * z)  # mu^(2 - p)
+        if p == 0.0:
+            value = 0.5 * (b - 2.0 * y * a + y * y)
+        else:
+            value = b / (2.0 - p) - y * a / (1.0 - p)
+            value += np.maximum(y, 0.0) ** (2.0 - p) / ((1.0 - p) * (2.0 - p))
+        d1 = b - y * a
+        d2 = (2.0 - p) * b - (1.0 - p) * y * a
+        np.maximum(d2, 0.0, out=d2)
+        return value, d1, d2
+
+    return loss
+
+
+def _poisson(z: np.ndarray, y: np.ndarray, width: float = 0.0):
+    """Half Poisson deviance, log link: ``exp(z) - y z + y log(y) - y``."""
+    mu = np.exp(z)
+    value = mu - y * z
+    value += xlogy(y, y)
+    value -= y
+    return value, mu - y, mu
+
+
+def _gamma(z: np.ndarray, y: np.ndarray, width: float = 0.0):
+    """Half Gamma deviance, log link: ``y exp(-z) + z - log(y) - 1``."""
+    q = y * np.exp(-z)  # y / mu
+    value = q + z
+    value -= np.log(y)
+    value -= 1.0
+    return value, 1.0 - q, q
 
 
 LOSSES = {

@@ -118,7 +118,7 @@ class LinearNewton(NewtonProgram):
         less in practice.
     n_blocks : int, default=1
         Number of one-vs-rest problems.
-    l2, l2_intercept, fit_intercept, tol, max_hessian, hessian_stride
+    l2, l2_intercept, fit_intercept, tol, max_hessian, hessian_stride, start
         See :class:`~daskabsp.programs.newton.NewtonProgram`.
 
     Examples
@@ -158,6 +158,12 @@ class LinearNewton(NewtonProgram):
         return {"logistic": "logreg", "squared": "ridge", "squared_hinge": "svm",
                 "hinge": "svm"}[self.loss]
 
+    def pointwise(self):
+        """The loss of a row as a function of its score: ``fn(z, y, width) -> (loss, d1,
+        d2)`` (see :mod:`~daskabsp.programs.glm_losses`); subclasses with other losses
+        (:class:`~daskabsp.programs.GLMNewton`) override it."""
+        return glm_losses.LOSSES[self.loss]
+
     def check_input(self, X, y) -> None:
         if self.loss == "squared":
             return
@@ -176,7 +182,7 @@ class LinearNewton(NewtonProgram):
         p = self.prepare(params)
         t0 = time.perf_counter()
         theta, width, probe = p.theta, p.width, p.probe
-        fn = glm_losses.LOSSES[self.loss]
+        fn = self.pointwise()
         d = X.shape[1]
         B = theta.shape[0]
         # With L-BFGS curvature the probe's scores come from the same product as the model's.
@@ -266,6 +272,6 @@ class LinearNewton(NewtonProgram):
             if self.loss == "hinge":
                 lv = glm_losses.hinge(Z[:, b], t)
             else:
-                lv = glm_losses.LOSSES[self.loss](Z[:, b], t, 1.0)[0]
+                lv = self.pointwise()(Z[:, b], t, 1.0)[0]
             total += lv @ sw / sw.sum() + 0.5 * theta[b] @ (reg * theta[b])
         return float(total)

@@ -58,7 +58,7 @@ class MultinomialNewton(NewtonProgram):
     ----------
     n_classes : int, default=3
         Number of classes.
-    l2, l2_intercept, fit_intercept, tol, max_hessian, hessian_stride
+    l2, l2_intercept, fit_intercept, tol, max_hessian, hessian_stride, start
         See :class:`~daskabsp.programs.newton.NewtonProgram`.
 
     Examples

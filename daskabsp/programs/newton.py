@@ -30,7 +30,7 @@ parameters. The point that passed the test is the result.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import numpy as np
@@ -79,6 +79,8 @@ class NewtonProgram(Program):
         With a full Hessian: estimate it from one row in ``hessian_stride`` of each chunk
         (1: the exact Hessian; the value and gradient always use every row). None: chosen
         each round by the measured cost model of :func:`choose_stride`.
+    start : ndarray of shape (n_blocks, n_params) or None, default=None
+        Parameters the fit starts from (a warm start; None: zeros).
 
     Examples
     --------
@@ -117,6 +119,7 @@ class NewtonProgram(Program):
     tol: float = 1e-4
     max_hessian: int = MAX_HESSIAN
     hessian_stride: int | None = None
+    start: np.ndarray | None = field(default=None, repr=False)
 
     # -- what subclasses define -------------------------------------------------------------
 
@@ -171,7 +174,9 @@ class NewtonProgram(Program):
         width = self.start_width if self.smoothed else 0.0
         lbfgs = self.curvature(m).kind == "lbfgs"
         stride = max(1, int(self.hessian_stride or 1)) if not lbfgs else 1
-        return NewtonState(theta=np.zeros((B, m)), n_rows=n_rows, width=width, stride=stride,
+        theta = np.zeros((B, m)) if self.start is None else \
+            np.array(self.start, dtype=np.float64).reshape(B, m)
+        return NewtonState(theta=theta, n_rows=n_rows, width=width, stride=stride,
                            full=not lbfgs and n_rows < ROWS_PER_PARAMETER * m,
                            memory=((),) * B if lbfgs else ())
 
