@@ -336,7 +336,7 @@ class LeastSquaresMoments(MomentsProgram):
         are taken as zero (None: ``n_features`` times the machine precision, 10x).
     shift, centred
         See :class:`MomentsProgram`; ``centred=False`` fits no intercept.
-    
+
     Examples
     --------
     One pass over the rows gives the exact least-squares solution (coefficients, then the
