@@ -510,7 +510,9 @@ def netns_cluster(n_workers: int = 2, rate: str | float | None = "100mbit", *,
     cores : sequence of int, optional
         Default: the cores this process may use.
     memory_limit : str or int, default="auto"
-        Each worker's ``--memory-limit``.
+        Each worker's ``--memory-limit``; ``"auto"``: this machine's memory over
+        ``n_workers``, as a LocalCluster sizes its workers (``dask worker``'s own "auto"
+        would give each worker the memory of its share of the cores).
     nanny : bool, default=False
         Start each worker under a nanny (two processes in its namespace; a killed worker is
         restarted). ``worker_pids`` are the workers', not the nannies'.
@@ -555,6 +557,10 @@ def netns_cluster(n_workers: int = 2, rate: str | float | None = "100mbit", *,
     if pin and not cores:
         raise ValueError("The 'cores' parameter of netns_cluster must name at least one core.")
 
+    if memory_limit == "auto":
+        from distributed.system import MEMORY_LIMIT
+
+        memory_limit = int(MEMORY_LIMIT // n_workers)
     plan, net = _claim(n_workers, subnet)
     with _teardown_on_exit(plan):
         nc = _build_network(plan, net, n_workers, bits)
