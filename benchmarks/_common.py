@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import operator
 import os
 import platform
 import shutil
@@ -172,6 +173,67 @@ def local_cluster(n_workers: int = 4, threads_per_worker: int = 1,
             if running != {"uvloop"}:
                 raise RuntimeError(f"asked for uvloop, the cluster runs {sorted(running)}")
         yield client
+
+
+def add_netns_options(p: argparse.ArgumentParser) -> None:
+    """``--netns RATE`` (a namespace cluster, see :func:`netns_client`) and ``--netns-data``
+    (where its data comes from)."""
+    p.add_argument("--netns", metavar="RATE", default=None,
+                   help="run on a namespace cluster instead of a LocalCluster (root needed; "
+                        "daskabsp.lab.netcluster): the scheduler and each worker process in a "
+                        "network namespace of its own, every host's link shaped to RATE in "
+                        "both directions (e.g. 1gbit, 100mbit), workers pinned one per core")
+    p.add_argument("--netns-data", choices=("workers", "driver"), default="workers",
+                   help="with --netns: 'workers' (default): each case's rows are made on the "
+                        "workers, once, and the fits get them as persisted dask arrays (no "
+                        "row crosses a link outside the engine's own moves); 'driver': the "
+                        "fits get the in-memory arrays, as on a LocalCluster, so every fit "
+                        "scatters its rows across the driver's shaped link")
+
+
+@contextmanager
+def netns_client(n_workers: int, rate: str, threads_per_worker: int = 1) -> Iterator[Client]:
+    """A namespace cluster (:func:`daskabsp.lab.netcluster.netns_cluster`: links shaped to
+    ``rate`` both ways, workers pinned one per core) and a client on it from this process,
+    which sits on the bridge behind a link of the same rate."""
+    from daskabsp.lab.netcluster import netns_cluster
+
+    with netns_cluster(n_workers, rate, threads_per_worker=threads_per_worker) as nc, \
+            Client(nc.scheduler_address) as client:
+        client.wait_for_workers(n_workers, timeout=60)
+        yield client
+
+
+def rows_on_workers(client: Client, make, like: Sequence[np.ndarray]) -> tuple:
+    """The arrays ``make()`` returns, made on the workers: worker ``i`` calls ``make()``
+    itself and keeps row block ``i`` of each array (the engine's split into one partition per
+    worker), so no row crosses a link. ``make`` must be deterministic (seeded) and picklable;
+    ``like`` are the driver's own results of it (for shapes and dtypes).
+
+    Returns persisted dask arrays, block ``i`` on worker ``i`` (hard pins, as
+    :func:`pin_chunks`): their lineage ends at those workers, so a block whose worker froze is
+    not made again elsewhere. Each worker holds a whole copy of the data while it makes its
+    block.
+    """
+    from daskabsp.partitions import split_rows
+
+    addrs = workers(client)
+    bounds = np.cumsum([0, *split_rows(like[0].shape[0], len(addrs))]).tolist()
+    spans = list(zip(addrs, bounds[:-1], bounds[1:], strict=True))
+    blocks = [client.submit(_row_block, make, a, b, workers=[w], pure=False)
+              for w, a, b in spans]
+    out = [da.concatenate([
+        da.from_delayed(client.submit(operator.getitem, blk, j, workers=[w]),
+                        shape=(b - a, *ref.shape[1:]), dtype=ref.dtype)
+        for blk, (w, a, b) in zip(blocks, spans, strict=True)]) for j, ref in enumerate(like)]
+    out = client.persist(out)
+    wait(out)
+    check_homes(client, *out)
+    return tuple(out)
+
+
+def _row_block(make, a: int, b: int) -> tuple[np.ndarray, ...]:
+    return tuple(x[a:b].copy() for x in make())  # copies: the whole arrays are freed
 
 
 def _loop_module() -> str:

@@ -26,6 +26,13 @@ after the fits, from parameters a scikit-learn fit callback copied each round. "
 variant's median over the best median of the other variants of its row group. The ideal with
 a persistent straggler is the straggler-free BSP time scaled by the lost capacity,
 n / (n - 1 + 1/F). The table prints medians [IQR].
+
+``--netns RATE`` runs every case on a namespace cluster instead (``daskabsp.lab.netcluster``, root
+needed): the scheduler and each worker process in a network namespace of its own, one worker
+pinned per core, every link (the driver's too) shaped to RATE in both directions, so the
+engine's row moves cost what they would on such a network. ``--netns-data workers`` (the
+default) makes each case's rows on the workers once and fits the persisted dask arrays;
+``driver`` fits the in-memory arrays, each fit scattering them across the driver's link.
 """
 
 from __future__ import annotations
@@ -36,10 +43,22 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
-from _common import FitCallback, load_note, parse_args, spread, summary, table, write_json
+from _common import (
+    FitCallback,
+    add_netns_options,
+    load_note,
+    netns_client,
+    parse_args,
+    rows_on_workers,
+    spread,
+    summary,
+    table,
+    write_json,
+)
 from _data import dense_classification, dense_regression
 from distributed import Client, LocalCluster
 from scipy.special import logsumexp
@@ -65,6 +84,7 @@ def add_options(p) -> None:
     p.add_argument("--models", default="logistic,logistic3,svc,ridge,kmeans")
     p.add_argument("--workers", default="2,4", help="worker processes (comma-separated)")
     p.add_argument("--syncs", default=",".join(SYNCS))
+    add_netns_options(p)
 
 
 def models(quick: bool, seed: int) -> dict[str, tuple[Callable, Callable]]:
@@ -212,14 +232,34 @@ def to_target(name: str, X, y, fits: dict[str, list[dict]]) -> dict[str, list[fl
 # -- a case: one model, scenario and cluster ----------------------------------------------------
 
 
+@contextmanager
+def cluster(n_workers: int, netns: str | None) -> Iterator[Client]:
+    """A LocalCluster of ``n_workers`` processes x 1 thread, or (``netns``: a rate) a
+    namespace cluster, and a client on it."""
+    with fast_malloc():
+        if netns:
+            with netns_client(n_workers, netns) as client:
+                yield client
+            return
+        with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                          dashboard_address=":0") as cl, Client(cl) as client:
+            yield client
+
+
 def run_case(name: str, make, X, y, scenario: str, n_workers: int, syncs: list[str],
-             repeats: int, seed: int) -> dict[str, list[dict]]:
-    """Every variant's fits of one case, interleaved; ``fits[sync]`` lists each repeat's."""
+             repeats: int, seed: int, data: Callable | None = None,
+             netns: str | None = None) -> dict[str, list[dict]]:
+    """Every variant's fits of one case, interleaved; ``fits[sync]`` lists each repeat's.
+    With ``data`` (the case's data function) and ``netns``, the fits get the rows made on
+    the workers (:func:`_common.rows_on_workers`), else ``X``, ``y``."""
     if scenario == "ordered":
         X, y = order_rows(X, y, by="label", n_partitions=n_workers)
-    with fast_malloc(), LocalCluster(n_workers=n_workers, threads_per_worker=1,
-                                     processes=True, dashboard_address=":0") as cl, \
-            Client(cl) as client:
+    with cluster(n_workers, netns) as client:
+        Xf, yf = X, y
+        if data is not None and netns:
+            if scenario == "ordered":
+                data = _ordered(data, n_workers)
+            Xf, yf = rows_on_workers(client, data, (X, y))
         slow = worker_addresses(client)[0]
         if scenario in ("persistent", "ordered"):
             client.register_plugin(SlowWorkers({slow: FACTOR}))
@@ -227,17 +267,18 @@ def run_case(name: str, make, X, y, scenario: str, n_workers: int, syncs: list[s
         if "dask-ml" in syncs:
             from bench_solvers import place_pieces
 
-            daskml = place_pieces(client, X, y)[2:]
+            daskml = (place_pieces(client, X, y)[2:] if Xf is X else
+                      (Xf, client.persist(yf.astype(np.float64))))
         fits: dict[str, list[dict]] = {s: [] for s in syncs}
         unfrozen: dict[str, list[float]] = {s: [] for s in syncs}
         for r in range(repeats):
             for sync in (syncs if r % 2 == 0 else syncs[::-1]):
                 if scenario == "frozen":  # the same fit on the same 3 workers
-                    unfrozen[sync].append(fit_once(client, make, X, y, sync, "none",
+                    unfrozen[sync].append(fit_once(client, make, Xf, yf, sync, "none",
                                                    seed + r, daskml)["seconds"])
-                fits[sync].append(fit_once(client, make, X, y, sync, scenario, seed + r,
+                fits[sync].append(fit_once(client, make, Xf, yf, sync, scenario, seed + r,
                                            daskml))
-        del daskml
+        del daskml, Xf, yf
     reached = to_target(name, X, y, fits)
     for sync in syncs:
         for f, t in zip(fits[sync], reached.get(sync, [np.nan] * len(fits[sync])),
@@ -247,6 +288,11 @@ def run_case(name: str, make, X, y, scenario: str, n_workers: int, syncs: list[s
         if unfrozen[sync]:
             fits[sync][0]["unfrozen"] = unfrozen[sync]
     return fits
+
+
+def _ordered(data: Callable, n_workers: int) -> Callable:
+    """``data`` with its rows sorted by label within each of ``n_workers`` partitions."""
+    return lambda: order_rows(*data(), by="label", n_partitions=n_workers)
 
 
 def mib(values) -> str:
@@ -307,7 +353,8 @@ def main() -> None:
                          if s != "bsp" or scenario != "frozen" or name == wanted[0]]
                 if name == "logistic" and scenario in ("none", "persistent"):
                     syncs.append("dask-ml")
-                fits = run_case(name, make, X, y, scenario, n, syncs, repeats, args.seed)
+                fits = run_case(name, make, X, y, scenario, n, syncs, repeats, args.seed,
+                                data if args.netns_data == "workers" else None, args.netns)
                 if scenario == "none":
                     base[(name, n)] = med(fits.get("bsp", []), "seconds")
                     base.update({(name, n, s): med(fs, "seconds") for s, fs in fits.items()})
@@ -320,14 +367,21 @@ def main() -> None:
                          "unfrozen": fs[0].get("unfrozen", []) if fs else []}
                         for s, fs in fits.items()]
                 print(f"-- {name} {scenario} {n} workers done", flush=True)
-    print(f"\nFit time: est.fit(X, y) at default parameters, workers x 1 thread (frozen: 3), "
-          f"{repeats} interleaved repeats; seconds median [IQR]; to 1%: until within "
-          f"{TOLERANCE:.0%} of the optimum; /best: over the best other variant")
+    where = "a LocalCluster" if not args.netns else (
+        f"a namespace cluster, every link {args.netns} both ways, rows " +
+        ("made on the workers" if args.netns_data == "workers" else
+         "scattered by each fit from the driver"))
+    print(f"\nFit time: est.fit(X, y) at default parameters, workers x 1 thread (frozen: 3) "
+          f"on {where}, {repeats} interleaved repeats; seconds median [IQR]; to 1%: until "
+          f"within {TOLERANCE:.0%} of the optimum; /best: over the best other variant")
     print(table(["model scenario workers sync", "fit s", "to 1% s", "rounds", "/best fit",
                  "/best to 1%", "ideal s", "/ideal", "/no straggler", "BSP/this",
                  "returned while frozen", "worker MiB"], rows))
     print(load_note(load0))
-    print(f"results: {write_json('bench_fit_time', args, {'runs': raw})}")
+    name = f"bench_fit_time-netns-{args.netns}-{args.netns_data}" if args.netns else \
+        "bench_fit_time"
+    payload = {"runs": raw, "netns": args.netns, "netns_data": args.netns_data}
+    print(f"results: {write_json(name, args, payload)}")
 
 
 if __name__ == "__main__":

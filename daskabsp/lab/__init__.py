@@ -8,5 +8,7 @@ fits themselves (offline tools; each runs in the fitting process).
   text-like rows);
 * :mod:`.sim`: a discrete-event simulator of rounds on clusters of any size, on the engine's
   own rules;
-* :mod:`.demo`: ``python -m daskabsp demo``.
+* :mod:`.demo`: ``python -m daskabsp demo``;
+* :mod:`.netcluster`: a cluster with a real network on one machine (scheduler and workers in
+  Linux network namespaces, links shaped with ``tc``), for tests and benchmarks of row moves.
 """
