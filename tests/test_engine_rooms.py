@@ -269,3 +269,25 @@ def test_helpers_never_make_a_round_wait_longer_than_its_owners_would(case, need
         alone[w] = alone.get(w, 0.0) + lo.rows / speed[w]
     if pieces:
         assert max(work.values()) <= max(alone.values()) * (1 + 1e-9) + 1e-9
+
+
+def test_copies_are_spread_over_fast_workers_not_all_sent_to_the_fastest():
+    """A copy goes to the worker with the most scan rate to spare once the copies it already
+    holds or receives share it: the fastest first, then the next while it is more than half
+    as fast, never a worker far slower while a fast one is free."""
+    from daskabsp.engine.partitions import Partitions
+    from daskabsp.engine.placement import Placement
+
+    parts = Partitions(X=[None] * 6, y=[None] * 6, sample_weight=[None] * 6, sizes=(10,) * 6,
+                       n_features=1, copies=[{} for _ in range(6)])
+    placement = Placement(None, parts, (None, None, None), None)
+    speed = {"a": 10.0, "b": 9.0, "c": 1.0}
+    went = []
+    for p in range(6):
+        w = placement.copy_target(p, list(speed), lambda w, _p: speed[w])
+        parts.copies[p][w] = ()
+        went.append(w)
+    assert went == ["a", "b", "a", "b", "a", "b"]
+    # a copy in the making counts as held
+    placement._copying_to[5] = "a"
+    assert placement.copy_target(5, ["a", "b"], lambda w, _p: speed[w]) == "b"

@@ -55,7 +55,9 @@ class HelperPhase:
     n_partitions : int
         Partitions of the fit.
     rent_due : list of float
-        Per partition, the seconds a copy of it is expected to take.
+        Per partition, the seconds a copy of it is expected to take (the placement's
+        :attr:`~daskabsp.engine.placement.Placement.copy_due`, which it keeps current as
+        copies are timed).
     chunk_target : float
         Seconds of work per chunk of a piece's scan.
     combine : callable
@@ -79,8 +81,9 @@ class HelperPhase:
         """Start copying, in the background, each partition whose copy has paid for itself
         (see :meth:`Rates.charge`: the time its owner alone spent on what it left, summed over
         the rounds, exceeds the copy's time; at once for a partition whose owner is in
-        ``blocked``: silent, or its threads held by other work) to the fastest worker without
-        one, up to ``daskabsp.replicas`` copies: from the next round on, helpers can scan its
+        ``blocked``: silent, or its threads held by other work) to a fast worker without one
+        (:meth:`Placement.copy_target`: copies are spread), up to ``daskabsp.replicas``
+        copies: from the next round on, helpers can scan its
         rows there. The round does not wait for it."""
         limit = int(config.get("replicas"))
         left = {p: quotas[p] - res.rows for p, res in enumerate(owned)
@@ -93,7 +96,7 @@ class HelperPhase:
                 continue
             free = [w for w in threads if w not in have and w not in blocked]
             if free:
-                placement.copy(p, max(free, key=lambda w, p=p: (self.rates.rate(w, p), w)))
+                placement.copy(p, placement.copy_target(p, free, self.rates.rate))
 
     def leftovers(self, placement: Placement, book: PartitionBook,
                   owned: Sequence[PartialResult], quotas: Sequence[int],

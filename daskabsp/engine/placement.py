@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from dask.graph_manipulation import clone
 from dask.sizeof import sizeof
@@ -32,6 +32,10 @@ from .partitions import (
 )
 
 logger = logging.getLogger(__name__)
+
+#: Bytes per second the copies of earlier fits took, per scheduler: a later fit on the same
+#: cluster prices its first copy at what the links did, not at ``daskabsp.copy-rate``.
+_LINK_RATES: dict[str, float] = {}
 
 
 class Placement:
@@ -62,7 +66,13 @@ class Placement:
         self.scatter_rate = scatter_rate
         self.owner: list[str] = []
         self._copying: dict[int, asyncio.Future] = {}
+        self._copying_to: dict[int, str] = {}  # the worker each copy in the making is for
         self._copy_futures: dict[int, list[Future]] = {}  # copies being made, by partition
+        #: Per partition, the seconds a copy of it is expected to take (see
+        #: :meth:`copy_seconds`; kept current as copies are timed: the placement writes it,
+        #: the helper phase reads it).
+        self.copy_due: list[float] = []
+        self._nbytes: list[int] = []
 
     @classmethod
     async def place(cls, link: Link, X, y, sample_weight, chunks: tuple[int, ...],
@@ -199,11 +209,26 @@ class Placement:
         """Whether a copy of partition ``p`` is being made."""
         return p in self._copying
 
+    def copy_target(self, p: int, candidates: Collection[str],
+                    rate: Callable[[str, int], float]) -> str:
+        """Where a copy of partition ``p`` goes: the candidate with the most rows per second
+        to spare, its scan ``rate(worker, p)`` shared with the copies it already holds or is
+        receiving (every copy sent to the fastest worker makes one worker help all the
+        stragglers: 250 of them at 5 000 workers in the simulator)."""
+        load: dict[str, int] = {}
+        for held in self.parts.copies:
+            for w in held:
+                load[w] = load.get(w, 0) + 1
+        for w in self._copying_to.values():
+            load[w] = load.get(w, 0) + 1
+        return max(candidates, key=lambda w: (rate(w, p) / (1 + load.get(w, 0)), w))
+
     def copy(self, p: int, worker: str) -> None:
         """Start copying partition ``p`` to ``worker`` in the background; helpers read it
         there once it is made."""
         task = asyncio.ensure_future(self._copy(p, worker))
         self._copying[p] = task
+        self._copying_to[p] = worker
         task.add_done_callback(lambda t, p=p: self._copied(p, t))
 
     async def _copy(self, p: int, worker: str) -> None:
@@ -212,6 +237,7 @@ class Placement:
         worker to worker, and a copy that landed elsewhere (its worker left meanwhile) is
         dropped: helpers plan their pieces by where copies are."""
         client, data = self.link.client, self.source or self.data_
+        t0 = time.perf_counter()
         if any(is_dask(a) for a in data):
             futs = self._copy_futures[p] = copy_on(client, self.data(p), worker,
                                                    f"daskabsp-copy-{self.link.fit_id}")
@@ -231,11 +257,26 @@ class Placement:
         if not self.parts.copies:
             self.parts.copies = [{} for _ in self.parts.sizes]
         self.parts.copies[p][worker] = tuple(futs)
-        self.link.journal.note(logger, logging.INFO, "partition %d copied to %s for helpers",
-                               p, worker)
+        seconds = time.perf_counter() - t0
+        self.link.journal.note(logger, logging.INFO, "partition %d copied to %s for helpers "
+                               "(%.1f MB in %.2f s%s)", p, worker, self._nbytes[p] / 1e6
+                               if self._nbytes else float("nan"), seconds,
+                               self._price_copies(p, seconds))
+
+    def _price_copies(self, p: int, seconds: float) -> str:
+        """Take in the time the copy of partition ``p`` took: later copies are priced at the
+        rate it crossed the link (the rent a copy must have saved before it is made, see
+        :meth:`~daskabsp.engine.helpers.HelperPhase.copy_stragglers`). Returns the note."""
+        if not self._nbytes or self._nbytes[p] < 1e6 or seconds <= 0:
+            return ""  # too small to time a link by
+        rate = self._nbytes[p] / seconds
+        _LINK_RATES[self.link.client.scheduler.address] = rate
+        self.copy_due[:] = [b / rate for b in self._nbytes]
+        return f": {rate / 1e6:.1f} MB/s, the price of later copies"
 
     def _copied(self, p: int, task: asyncio.Future) -> None:
         self._copying.pop(p, None)
+        self._copying_to.pop(p, None)
         if not task.cancelled() and task.exception() is not None:
             logger.warning("daskabsp: copying partition %d for helpers failed: %r", p,
                            task.exception())
@@ -270,16 +311,19 @@ class Placement:
                 logger.debug("daskabsp: could not release the fit's copies: %r", e)
 
     async def copy_seconds(self) -> list[float]:
-        """Per partition, the time a copy of it is expected to take: its bytes (as the
-        scheduler measured them) at the rate in-memory input was scattered, or at
-        ``daskabsp.copy-rate`` for dask arrays (copied worker to worker)."""
+        """Per partition, the time a copy of it is expected to take (:attr:`copy_due`, kept
+        current from then on): its bytes (as the scheduler measured them) at the rate the
+        last copies on this cluster crossed its links, else at the rate in-memory input was
+        scattered, else at ``daskabsp.copy-rate`` (dask arrays, copied worker to worker)."""
         keys = [[f.key for f in fs if f is not None] for fs in zip(
             self.parts.X, self.parts.y, self.parts.sample_weight, strict=True)]
         size = await self.link.client.scheduler.nbytes(
             keys=[k for ks in keys for k in ks], summary=False)
-        nbytes = [sum(int(size.get(k, 0)) for k in ks) for ks in keys]
-        rate = self.scatter_rate or float(config.nbytes("copy-rate"))
-        return [b / max(rate, 1.0) for b in nbytes]
+        self._nbytes = [sum(int(size.get(k, 0)) for k in ks) for ks in keys]
+        rate = (_LINK_RATES.get(self.link.client.scheduler.address) or self.scatter_rate
+                or float(config.nbytes("copy-rate")))
+        self.copy_due = [b / max(rate, 1.0) for b in self._nbytes]
+        return self.copy_due
 
     @property
     def futures(self) -> list[Future]:
