@@ -215,7 +215,7 @@ def rows_on_workers(client: Client, make, like: Sequence[np.ndarray]) -> tuple:
     not made again elsewhere. Each worker holds a whole copy of the data while it makes its
     block.
     """
-    from daskabsp.partitions import split_rows
+    from daskabsp.engine.partitions import split_rows
 
     addrs = workers(client)
     bounds = np.cumsum([0, *split_rows(like[0].shape[0], len(addrs))]).tolist()

@@ -251,8 +251,8 @@ class PoissonRegressor(_GLMRegressor):
     >>> rng = np.random.default_rng(0)
     >>> X = rng.standard_normal((1000, 3))
     >>> y = rng.poisson(np.exp(X @ [0.3, -0.2, 0.1] + 1.0))
-    >>> reg = PoissonRegressor(alpha=1e-3).fit(X, y)  # doctest: +SKIP
-    >>> reg.coef_.round(1)  # doctest: +SKIP
+    >>> reg = PoissonRegressor(alpha=1e-3).fit(X, y)
+    >>> reg.coef_.round(1)
     array([ 0.3, -0.2,  0.1])
     """
 
@@ -298,7 +298,7 @@ class GammaRegressor(_GLMRegressor):
     >>> rng = np.random.default_rng(0)
     >>> X = rng.standard_normal((1000, 2))
     >>> y = rng.gamma(2.0, np.exp(X @ [0.5, -0.5]) / 2.0)
-    >>> GammaRegressor(alpha=1e-3).fit(X, y).coef_.round(1)  # doctest: +SKIP
+    >>> GammaRegressor(alpha=1e-3).fit(X, y).coef_.round(1)
     array([ 0.5, -0.5])
     """
 
@@ -359,8 +359,8 @@ class TweedieRegressor(_GLMRegressor):
     >>> rng = np.random.default_rng(0)
     >>> X = rng.standard_normal((1000, 2))
     >>> y = rng.poisson(np.exp(X @ [0.5, -0.5])) * rng.gamma(2.0, 0.5, 1000)
-    >>> TweedieRegressor(power=1.5, alpha=1e-3).fit(X, y).coef_.round(1)  # doctest: +SKIP
-    array([ 0.5, -0.5])
+    >>> TweedieRegressor(power=1.5, alpha=1e-3).fit(X, y).coef_.round(1)
+    array([ 0.5, -0.6])
     """
 
     #: scikit-learn's estimator this one mirrors (its parameters, defaults and constraints).

@@ -150,8 +150,8 @@ class LinearRegression(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEsti
     >>> from daskabsp.estimators import LinearRegression
     >>> X = np.array([[1.0, 1.0], [1.0, 2.0], [2.0, 2.0], [2.0, 3.0]])
     >>> y = X @ [1.0, 2.0] + 3.0
-    >>> reg = LinearRegression().fit(X, y)  # doctest: +SKIP
-    >>> reg.coef_, reg.intercept_  # doctest: +SKIP
+    >>> reg = LinearRegression().fit(X, y)
+    >>> reg.coef_, reg.intercept_
     (array([1., 2.]), 3.0...)
     """
 

@@ -144,9 +144,9 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EngineMixin, BaseEs
     >>> from daskabsp.estimators import PCA
     >>> rng = np.random.default_rng(0)
     >>> X = rng.standard_normal((5000, 4)) * [3.0, 2.0, 1.0, 0.5]
-    >>> pca = PCA(n_components=2).fit(X)  # doctest: +SKIP
-    >>> pca.explained_variance_.round(1)  # doctest: +SKIP
-    array([9., 4.])
+    >>> pca = PCA(n_components=2).fit(X)
+    >>> pca.explained_variance_.round(1)
+    array([8.9, 4. ])
     """
 
     #: scikit-learn's estimator this one mirrors (its parameters, defaults and constraints).
