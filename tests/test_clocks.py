@@ -90,18 +90,20 @@ def test_asp_lets_a_partition_run_ahead_and_ssp_holds_it():
             if 0 in book.ready():
                 book.finish(book.start(0))
     assert asp.clocks == [3, 0]
-    assert ssp.clocks == [2, 0] and ssp.waiting() == [0]
+    assert ssp.clocks == [2, 0] and list(ssp.running) == [1]
+    assert ssp.ready() == []  # partition 0 is held back by the bound
 
 
-def test_budget_and_done():
+def test_budget_ends_the_fit():
+    """The clock loop ends when nothing runs and the book lets nothing start."""
     book = ClockBook(2, None, budget=3)
     leases = [book.start(p) for p in book.ready()]
     book.finish(leases[0])
-    assert book.ready() == [0] and not book.done
+    assert book.ready() == [0]
     book.finish(book.start(0))
-    assert book.ready() == [] and not book.done  # partition 1 still runs
+    assert book.ready() == [] and list(book.running) == [1]  # the budget is spent; 1 runs
     book.finish(leases[1])
-    assert book.done and book.clocks_run() == 2
+    assert book.ready() == [] and not book.running and book.clocks_run() == 2
 
 
 def test_policies():

@@ -110,11 +110,6 @@ class ClockBook:
         left = self._left()
         return free if left is None else free[:max(left, 0)]
 
-    def waiting(self) -> list[int]:
-        """The partitions held back by the bound (neither running nor ready)."""
-        ready = set(self.ready())
-        return [p for p in range(len(self)) if p not in self.running and p not in ready]
-
     def start(self, p: int) -> Lease:
         """Submit partition ``p`` (which must be :meth:`ready`): its lease."""
         if p not in self.ready():
@@ -144,11 +139,6 @@ class ClockBook:
         del self.running[lease.partition]
         self._attempts[lease.partition] += 1
         return True
-
-    @property
-    def done(self) -> bool:
-        """Nothing runs and nothing may be submitted (the budget is spent)."""
-        return not self.running and not self.ready()
 
     def clocks_run(self) -> int:
         """Updates applied per partition, rounded up: the fit's rounds' worth of work."""

@@ -91,15 +91,11 @@ def row_chunks(X, n_partitions: int | None, n_threads: int, min_rows: int) -> tu
 
 
 async def place(client, X, y, sample_weight, chunks: tuple[int, ...], *,
-                silent: Callable[[list[str]], Awaitable[set[str]]] | None = None,
-                stuck: Callable[[list], Awaitable[set]] | None = None,
-                source: tuple | None = None) -> Partitions:
+                silent: Callable[[list[str]], Awaitable[set[str]]] | None = None) -> Partitions:
     """Place ``X``, ``y``, ``sample_weight`` on the cluster as ``len(chunks)`` row chunks.
 
     ``silent(workers)``, if given, names those of ``workers`` that have stopped answering:
-    in-memory rows on their way to such a worker go to another one instead. For dask input
-    with the in-memory ``source`` it was made from (see :func:`daskabsp.fit`), a partition
-    that ``stuck(keys)`` says waits on such workers is scattered from ``source`` instead.
+    in-memory rows on their way to such a worker go to another one instead.
     """
     if not any(is_dask(a) for a in (X, y, sample_weight)):
         return await _scatter(client, X, y, sample_weight, chunks, silent)
@@ -121,34 +117,8 @@ async def place(client, X, y, sample_weight, chunks: tuple[int, ...], *,
         return parts
     out = _persisted(client, (X, y, sample_weight), chunks)
     parts = Partitions(out[0], out[1], out[2], chunks, int(X.shape[1]))
-    if source is None or stuck is None or silent is None:
-        await wait_all(client, parts.futures)
-        return parts
-    waiter = None
-    while True:
-        pending = parts.futures
-        if waiter is None:
-            waiter = asyncio.ensure_future(wait_all(client, pending))
-        done, _ = await asyncio.wait({waiter}, timeout=_WATCH_EVERY)
-        if done:
-            waiter.result()
-        # (once all are done: any held only by a worker silent already, say frozen while
-        # the caller made the input)
-        bad = await stuck([f.key for f in pending if done or not f.done()])
-        if not bad:
-            if done:
-                return parts
-            continue
-        waiter.cancel()
-        waiter = None
-        lost = [p for p, fs in enumerate(zip(parts.X, parts.y, parts.sample_weight,
-                                               strict=True))
-                if any(f is not None and f.key in bad for f in fs)]
-        workers = sorted(await client.scheduler.ncores())
-        quiet = await silent(workers)
-        workers = [w for w in workers if w not in quiet] or workers
-        await asyncio.gather(*(move(client, parts, p, *source, workers[p % len(workers)])
-                               for p in lost))
+    await wait_all(client, parts.futures)
+    return parts
 
 
 class HeldRows:

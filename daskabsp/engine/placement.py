@@ -18,7 +18,7 @@ from dask.sizeof import sizeof
 from distributed import Future, futures_of
 
 from .. import config
-from ..extension import check_finite_block, wait_all
+from ..extension import wait_all
 from .link import Link
 from .partitions import (
     Partitions,
@@ -75,18 +75,16 @@ class Placement:
         self._nbytes: list[int] = []
 
     @classmethod
-    async def place(cls, link: Link, X, y, sample_weight, chunks: tuple[int, ...],
-                    source: tuple | None) -> Placement:
+    async def place(cls, link: Link, X, y, sample_weight, chunks: tuple[int, ...]) -> Placement:
         """Place the rows as ``chunks`` row partitions (see :func:`.partitions.place`: dask
         input persisted with its lineage, in-memory rows scattered straight to the
         workers, around workers that stop answering)."""
         t0 = time.perf_counter()
-        parts = await place(link.client, X, y, sample_weight, chunks, silent=link.silent,
-                            stuck=link.stuck, source=source if is_dask(X) else None)
+        parts = await place(link.client, X, y, sample_weight, chunks, silent=link.silent)
         seconds = time.perf_counter() - t0
         data = (X, y, sample_weight)
         if is_dask(X):
-            return cls(link, parts, data, source)
+            return cls(link, parts, data, None)
         rate = sum(a.nbytes if hasattr(a, "nbytes") else sizeof(a) for a in data
                    if a is not None) / max(seconds, 1e-9)
         return cls(link, parts, data, data, scatter_rate=rate)
@@ -126,12 +124,7 @@ class Placement:
     async def check_finite(self) -> None:
         """Raise ``ValueError`` if the rows hold NaN or infinity (for dask input, whose rows
         were not checked when the fit was called)."""
-        if self.source is not None:
-            # The in-memory rows the dask input was made from: checked here, not by tasks
-            # that a worker frozen already would hold up.
-            ok = [await asyncio.to_thread(check_finite_block, self.source[0])]
-        else:
-            ok = await self.link.gather([self.link.submit_check(x) for x in self.parts.X])
+        ok = await self.link.gather([self.link.submit_check(x) for x in self.parts.X])
         if not all(bool(o[0]) for o in ok):
             raise ValueError("Input X contains NaN or infinity.")
 
@@ -324,7 +317,3 @@ class Placement:
                 or float(config.nbytes("copy-rate")))
         self.copy_due = [b / max(rate, 1.0) for b in self._nbytes]
         return self.copy_due
-
-    @property
-    def futures(self) -> list[Future]:
-        return self.parts.futures

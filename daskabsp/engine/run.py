@@ -169,8 +169,7 @@ class FitRun:
         self.policy.check(len(chunks))
         if any(c == 0 for c in chunks):
             raise ValueError("X has an empty row chunk; every partition needs at least one row.")
-        return await Placement.place(self.link, X, self.rows.y, self.rows.sample_weight, chunks,
-                                     None)
+        return await Placement.place(self.link, X, self.rows.y, self.rows.sample_weight, chunks)
 
     async def _rounds(self, placement: Placement) -> FitResult:
         program = self.program

@@ -1,4 +1,20 @@
-"""Iterative programs the engine runs: partition statistics and update rules."""
+"""Iterative programs the engine runs: partition statistics and update rules.
+
+A program's statistics are summed in the partition tasks (on the workers), its update runs on
+the driver; the programs know nothing of Dask or of the engine.
+
+* the contract: :mod:`.base`;
+* gradient descent: :mod:`.logistic`;
+* Newton programs: :mod:`.newton` (the class), :mod:`.newton_state` (state, round parameters,
+  constants, cost model), :mod:`.newton_rounds` (the round rule), :mod:`.incremental` (under
+  SSP and ASP), :mod:`.trust_region`, :mod:`.curvature`; the models :mod:`.linear`,
+  :mod:`.multinomial`, :mod:`.glm` and their losses :mod:`.glm_losses`;
+* L1 and elastic-net penalties: :mod:`.proximal`, with the solvers of :mod:`.l1`;
+* one pass of moments, then a solve: :mod:`.gram`; principal components by subspace
+  iteration: :mod:`.subspace`; Lloyd's k-means: :mod:`.kmeans`;
+* what the update rules share: :mod:`.cycles` (one pass stitched from A-BSP rounds) and
+  :mod:`.aggregate` (each partition's latest statistics, under SSP and ASP).
+"""
 
 from .base import PartitionStats, Program
 from .cycles import CycleLedger, RoundStats

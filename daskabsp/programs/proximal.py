@@ -462,19 +462,14 @@ class ProximalMixin:
         B, m = theta.shape
         full = self.curvature(m).kind == "full"
         reg, lam = self.reg(m), self.l1_weights(m)
-        W = float(agg[1])
-        blocks = []
-        for b, (c, _s, _r, lin, h) in enumerate(self.block_views(agg, theta)):
-            th = theta[b]
-            H = h.reshape(m, m) / W if full else diagonal(h[:m] / W + reg) - reg
-            Hth = H @ th if full else H * th
-            f = (c[0] + lin @ th) / W + 0.5 * th @ Hth + 0.5 * th @ (reg * th) + lam @ np.abs(th)
-            blocks.append(_Block(float(f), lin / W + Hth + reg * th, H, 0.0, True))
+        blocks = _summed_blocks(self.block_views(agg, theta), float(agg[1]), theta, reg, lam,
+                                full)
         metric = state.metric or tuple(
             (b.curv + np.diag(reg)) if full else (b.curv + reg) for b in blocks)
         radius = list(state.radius or [self.initial_radius(b.f) for b in blocks])
         if old is not None:
-            self._judge(radius, old, new, metric, theta)
+            _judge(radius, old, new, metric, self.block_views(old.stats, theta),
+                   self.block_views(new.stats, theta), full)
         current = rows_of(pieces) >= state.n_rows
         steps, full_steps, done = [], [], []
         for b, blk in enumerate(blocks):
@@ -502,8 +497,7 @@ class ProximalMixin:
         # Every partition's model taken near enough that its Taylor error is below what the
         # decrement test asks (a looser bound, 10 tol, left relative gaps up to 1e-6).
         close = self.quadratic or all(
-            self._near(q.params[b] - theta[b], blocks[b].curv, reg, full,
-                       DECREMENT * self.tol)
+            _near(q.params[b] - theta[b], blocks[b].curv, reg, full, DECREMENT * self.tol)
             for q in pieces for b in range(B))
         converged = current and all(done) and close
         if converged:  # the whole steps of the summed model (see ``update``)
@@ -518,39 +512,58 @@ class ProximalMixin:
         """The summed model's objective at the parameters before the update."""
         return state.objective
 
-    @staticmethod
-    def _near(d: np.ndarray, H: np.ndarray, reg: np.ndarray, full: bool,
-              bound: float) -> bool:
-        quad = float(d @ (H @ d)) if full else float(d @ (H * d))
-        return 0.5 * (quad + float(d @ (reg * d))) <= bound
 
-    def _judge(self, radius: list[float], old: Piece, new: Piece, metric, theta) -> None:
-        """Shrink (or let grow) each block's radius from the old model's error at the new
-        model's parameters, against the curvature term of that move (in place)."""
-        m = theta.shape[1]
-        full = self.curvature(m).kind == "full"
-        ov = self.block_views(old.stats, theta)
-        nv = self.block_views(new.stats, theta)
-        for b in range(theta.shape[0]):
-            x = new.params[b]
-            d = x - old.params[b]
-            (c0, _s, _r, l0, h0), (c1, _s1, _r1, l1, h1) = ov[b], nv[b]
-            H0 = h0.reshape(m, m) if full else h0[:m]
-            H1 = h1.reshape(m, m) if full else h1[:m]
+# -- SSP and ASP: the summed model of the partitions' latest models -------------------------
 
-            def value(c, lin, H, x=x):
-                return float(c[0] + lin @ x + 0.5 * x @ (H @ x if full else H * x))
 
-            quad = 0.5 * float(d @ (H0 @ d if full else H0 * d))
-            if not quad > 1e-12 * max(abs(float(c1[0])), 1.0):
-                continue
-            ratio = abs(value(c1, l1, H1) - value(c0, l0, H0)) / quad
-            Md = metric[b] @ d if full else metric[b] * d
-            length = math.sqrt(max(float(d @ Md), 0.0))
-            if ratio > _BAD:
-                radius[b] = min(radius[b], 0.5 * length)
-            elif ratio < _GOOD:
-                radius[b] = max(radius[b], 2.0 * length)
+def _summed_blocks(views, W: float, theta: np.ndarray, reg: np.ndarray, lam: np.ndarray,
+                   full: bool) -> list[_Block]:
+    """Each block's objective (L1 included), gradient and curvature at ``theta`` of the
+    summed Taylor models (``views``: their blocks, :func:`model_form`; ``W``: their weight);
+    a diagonal curvature for models above ``max_hessian``."""
+    m = theta.shape[1]
+    blocks = []
+    for b, (c, _s, _r, lin, h) in enumerate(views):
+        th = theta[b]
+        H = h.reshape(m, m) / W if full else diagonal(h[:m] / W + reg) - reg
+        Hth = H @ th if full else H * th
+        f = (c[0] + lin @ th) / W + 0.5 * th @ Hth + 0.5 * th @ (reg * th) + lam @ np.abs(th)
+        blocks.append(_Block(float(f), lin / W + Hth + reg * th, H, 0.0, True))
+    return blocks
+
+
+def _near(d: np.ndarray, H: np.ndarray, reg: np.ndarray, full: bool, bound: float) -> bool:
+    """The curvature term of a move ``d`` (penalty included) is at most ``bound``."""
+    quad = float(d @ (H @ d)) if full else float(d @ (H * d))
+    return 0.5 * (quad + float(d @ (reg * d))) <= bound
+
+
+def _judge(radius: list[float], old: Piece, new: Piece, metric, old_views, new_views,
+           full: bool) -> None:
+    """Shrink (or let grow) each block's radius from the old model's error at the new
+    model's parameters, against the curvature term of that move (in place; ``old_views``
+    and ``new_views``: the two models' blocks)."""
+    m = new.params.shape[1]
+    for b in range(len(radius)):
+        x = new.params[b]
+        d = x - old.params[b]
+        (c0, _s, _r, l0, h0), (c1, _s1, _r1, l1, h1) = old_views[b], new_views[b]
+        H0 = h0.reshape(m, m) if full else h0[:m]
+        H1 = h1.reshape(m, m) if full else h1[:m]
+
+        def value(c, lin, H, x=x):
+            return float(c[0] + lin @ x + 0.5 * x @ (H @ x if full else H * x))
+
+        quad = 0.5 * float(d @ (H0 @ d if full else H0 * d))
+        if not quad > 1e-12 * max(abs(float(c1[0])), 1.0):
+            continue
+        ratio = abs(value(c1, l1, H1) - value(c0, l0, H0)) / quad
+        Md = metric[b] @ d if full else metric[b] * d
+        length = math.sqrt(max(float(d @ Md), 0.0))
+        if ratio > _BAD:
+            radius[b] = min(radius[b], 0.5 * length)
+        elif ratio < _GOOD:
+            radius[b] = max(radius[b], 2.0 * length)
 
 
 def pseudo_gradient(x: np.ndarray, grad: np.ndarray, lam: np.ndarray,
