@@ -269,3 +269,30 @@ def test_helpers_never_make_a_round_wait_longer_than_its_owners_would(case, need
         alone[w] = alone.get(w, 0.0) + lo.rows / speed[w]
     if pieces:
         assert max(work.values()) <= max(alone.values()) * (1 + 1e-9) + 1e-9
+
+
+@settings(max_examples=300, deadline=None)
+@given(helped_rounds(), st.lists(st.sampled_from(WORKERS), max_size=4, unique=True),
+       st.lists(st.floats(0.25, 4.0), min_size=6, max_size=6), st.booleans())
+def test_copies_go_to_the_fastest_free_worker_up_to_the_limit(case, measured, costs, tie):
+    """A copy is due once its rent paid reaches its price and its partition has fewer than
+    ``replicas`` copies; it goes to the worker with the highest expected rate on the
+    partition's rows (the larger name on a tie) that does not hold it: ``copy_targets``
+    ranks the workers once and picks what a search of every free worker would."""
+    from daskabsp.engine.helpers import copies_due, copy_targets, shortfall
+    from daskabsp.engine.rates import Rates
+
+    owner, copies, quotas, rows, speed = case
+    P = len(owner)
+    rates = Rates(P)
+    rates.speed = {w: (1.0 if tie else speed[w]) for w in measured}  # others: the median
+    rates.log_cost = [math.log(c) for c in costs[:P]]
+    holders = {p: dict.fromkeys([owner[p], *copies[p]]) for p in range(P)}
+    short = shortfall(rows, quotas)
+    paid = {p: float(p) for p in short}
+    due = copies_due(short, paid, [1.5] * P, holders, 1)
+    assert due == [p for p in short if p >= 2 and not copies[p]]
+    got = copy_targets(due, holders, WORKERS, rates)
+    for p in due:
+        free = [w for w in WORKERS if w not in holders[p]]
+        assert got[p] == max(free, key=lambda w, p=p: (rates.rate(w, p), w))
