@@ -260,17 +260,25 @@ class HelperPhase:
         return leftovers_of(scanned, quotas, book.cursor, book.sizes, holders,
                             placement.owner, needed=needed)
 
+    def wave(self, placement: Placement, book: PartitionBook, owned: Sequence[PartialResult],
+             quotas: Sequence[int], threads: Mapping[str, int], blocked: set[str], *,
+             needed: bool) -> list[tuple[str, list[coverage.Piece]]]:
+        """The helper tasks of a round whose own scans were ``owned``: ``(worker, pieces)``
+        pairs over the workers of ``threads`` not in ``blocked`` (:func:`helper_batches`
+        under ``daskabsp.probe-rows`` and ``daskabsp.help-above``); empty for none."""
+        live = {w: n for w, n in threads.items() if w not in blocked}
+        return helper_batches(
+            self.leftovers(placement, book, owned, quotas, blocked, needed=needed), owned,
+            self.rates, live, min_rows=int(config.get("probe-rows")),
+            help_above=config.seconds("help-above"), needed=needed)
+
     async def run(self, link: Link, placement: Placement, book: PartitionBook, params,
                   hid: RoundId, owned: Sequence[PartialResult], quotas: Sequence[int],
                   threads: Mapping[str, int], blocked: set[str], *, needed: bool) -> Helped:
         """The helper phase ``hid`` of a round whose own scans were ``owned``: helpers
         (not those in ``blocked``) scan what was left, unless the program did not ``need``
-        the round to cover every row and the leftovers are small (:func:`helper_batches`)."""
-        live = {w: n for w, n in threads.items() if w not in blocked}
-        batches = helper_batches(
-            self.leftovers(placement, book, owned, quotas, blocked, needed=needed), owned,
-            self.rates, live, min_rows=int(config.get("probe-rows")),
-            help_above=config.seconds("help-above"), needed=needed)
+        the round to cover every row and the leftovers are small (:meth:`wave`)."""
+        batches = self.wave(placement, book, owned, quotas, threads, blocked, needed=needed)
         if not batches:
             return Helped.own(owned)
         futs = link.submit_pieces(hid, params, [
