@@ -275,19 +275,44 @@ def test_copies_are_spread_over_fast_workers_not_all_sent_to_the_fastest():
     """A copy goes to the worker with the most scan rate to spare once the copies it already
     holds or receives share it: the fastest first, then the next while it is more than half
     as fast, never a worker far slower while a fast one is free."""
-    from daskabsp.engine.partitions import Partitions
-    from daskabsp.engine.placement import Placement
+    from daskabsp.engine.helpers import copy_targets
+    from daskabsp.engine.rates import Rates
 
-    parts = Partitions(X=[None] * 6, y=[None] * 6, sample_weight=[None] * 6, sizes=(10,) * 6,
-                       n_features=1, copies=[{} for _ in range(6)])
-    placement = Placement(None, parts, (None, None, None), None)
-    speed = {"a": 10.0, "b": 9.0, "c": 1.0}
-    went = []
-    for p in range(6):
-        w = placement.copy_target(p, list(speed), lambda w, _p: speed[w])
-        parts.copies[p][w] = ()
-        went.append(w)
-    assert went == ["a", "b", "a", "b", "a", "b"]
-    # a copy in the making counts as held
-    placement._copying_to[5] = "a"
-    assert placement.copy_target(5, ["a", "b"], lambda w, _p: speed[w]) == "b"
+    rates = Rates(6)
+    rates.speed = {"a": 10.0, "b": 9.0, "c": 1.0}
+    holders = {p: {"c"} if p == 5 else set() for p in range(6)}
+    assert copy_targets(range(6), holders, ["a", "b", "c"], rates) == {
+        0: "a", 1: "b", 2: "a", 3: "b", 4: "a", 5: "b"}
+    # copies held or on their way count: with four on "a", the next goes to "b"
+    assert copy_targets([0], holders, ["a", "b"], rates, {"a": 4, "b": 3}) == {0: "b"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(helped_rounds(), st.lists(st.sampled_from(WORKERS), max_size=4, unique=True),
+       st.lists(st.floats(0.25, 4.0), min_size=6, max_size=6), st.booleans())
+def test_copies_go_to_the_fastest_free_worker_up_to_the_limit(case, measured, costs, tie):
+    """A copy is due once its rent paid reaches its price and its partition has fewer than
+    ``replicas`` copies; it goes to the worker that does not hold it with the highest
+    expected rate on the partition's rows, shared with the copies the call already sent
+    there (the larger name on a tie): ``copy_targets`` ranks the workers once and picks
+    what a search of every free worker would."""
+    from daskabsp.engine.helpers import copies_due, copy_targets, shortfall
+    from daskabsp.engine.rates import Rates
+
+    owner, copies, quotas, rows, speed = case
+    P = len(owner)
+    rates = Rates(P)
+    rates.speed = {w: (1.0 if tie else speed[w]) for w in measured}  # others: the median
+    rates.log_cost = [math.log(c) for c in costs[:P]]
+    holders = {p: dict.fromkeys([owner[p], *copies[p]]) for p in range(P)}
+    short = shortfall(rows, quotas)
+    paid = {p: float(p) for p in short}
+    due = copies_due(short, paid, [1.5] * P, holders, 1)
+    assert due == [p for p in short if p >= 2 and not copies[p]]
+    got = copy_targets(due, holders, WORKERS, rates)
+    load: dict = {}
+    for p in due:  # in order, each earlier copy of the call sharing its worker's rate
+        free = [w for w in WORKERS if w not in holders[p]]
+        assert got[p] == max(free, key=lambda w, p=p: (rates.rate(w, p) / (1 + load.get(w, 0)),
+                                                       w))
+        load[got[p]] = load.get(got[p], 0) + 1

@@ -1,17 +1,25 @@
 """The simulator's bookkeeping (daskabsp.lab.sim): every row counted at most once per round and
-exactly once per cycle, time that only moves forward, SSP's staleness bound; and a
-1 000-worker simulation that completes."""
+exactly once per cycle, time that only moves forward, SSP's staleness bound; a 1 000-worker
+simulation that completes; and the simulator making the engine's decisions with the engine's
+own functions (imported, never copied)."""
 
 from __future__ import annotations
 
+import ast
+import copy
+from pathlib import Path
+
+import dask
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daskabsp import ABSP, BSP
+import daskabsp
+from daskabsp import ABSP, ASP, BSP, SSP
+from daskabsp.engine.helpers import HelperPhase
+from daskabsp.lab import sim
 from daskabsp.lab.sim import (
-    SSP,
     Cluster,
     Costs,
     HeavyTail,
@@ -23,7 +31,7 @@ from daskabsp.lab.sim import (
 )
 
 MODES = ["plain", BSP(), ABSP(), ABSP.published(), ABSP(count="partitions"),
-         ABSP(quorum=2), SSP(0), SSP(2), SSP(None)]
+         ABSP(quorum=2), SSP(0), SSP(2), ASP()]
 
 
 def check_rows(res: SimResult) -> None:
@@ -110,8 +118,8 @@ def test_every_row_counted_once_per_round_and_time_moves_forward(case, rounds):
     assert res.rounds
     check_rows(res)
     check_time(res)
-    if isinstance(mode, SSP):
-        check_staleness(res, mode.staleness)
+    if not isinstance(mode, str) and not mode.rounds:
+        check_staleness(res, mode.staleness_bound)
     assert res.loop_busy > 0
 
 
@@ -149,3 +157,129 @@ def test_a_bsp_gains_over_bsp_with_a_persistent_straggler():
 def test_mode_must_be_known():
     with pytest.raises(ValueError, match="'mode' parameter of simulate"):
         simulate("ssp", Cluster(workers=2, rows=10))
+
+
+# -- the engine's rules, not a copy of them ----------------------------------------------------
+
+SIM = Path(sim.__file__)
+#: What sim.py must import from the engine: the decisions it makes, by the engine's code.
+ENGINE_RULES = {
+    "daskabsp.engine.helpers": {"shortfall", "leftovers_of", "helper_batches", "copies_due",
+                                "copy_targets", "merge_helped"},
+    "daskabsp.engine.link": {"idle_result"},
+    "daskabsp.engine.clocks": {"within_bound"},
+    "daskabsp.engine.plan": {"plan_round", "settle"},
+    "daskabsp.policies": {"advance"},
+}
+#: The copies sim.py once kept, and rules of the engine it must not define again.
+COPIES = {"_idle", "_leftovers", "_worth_it", "_merge", "_copy_target", "leftovers",
+          "worth_it", "merge", "plan", "batches", "deadline", "ready", "advance",
+          "within_bound", "idle_result", "shortfall", "leftovers_of", "worth_helping",
+          "helper_batches", "copies_due", "copy_targets", "merge_helped", "wave_deadline"}
+
+
+def test_the_simulator_imports_the_engines_rules_and_defines_none_of_them():
+    """sim.py takes the helper phase's rules, the idle result, the staleness bound and the
+    cursor arithmetic from the engine; it defines none of them (nor the copies it once
+    kept), writes no cursor wrap ``(a + b) % n`` of its own, and names no class as another
+    module of daskabsp does (one name per concept)."""
+    tree = ast.parse(SIM.read_text())
+    imported: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = "daskabsp.lab".rsplit(".", node.level - 1)[0]
+            module = f"{base}.{node.module}" if node.module else base
+            imported.setdefault(module, set()).update(a.name for a in node.names)
+    for module, names in ENGINE_RULES.items():
+        assert names <= imported.get(module, set()), (module, names - imported.get(module, set()))
+    defined = {n.name for n in ast.walk(tree)
+               if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+    assert not defined & COPIES
+    wraps = [ast.unparse(n) for n in ast.walk(tree)
+             if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)
+             and isinstance(n.left, ast.BinOp) and isinstance(n.left.op, ast.Add)]
+    assert not wraps
+    classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    for path in Path(daskabsp.__file__).parent.rglob("*.py"):
+        if path != SIM:
+            others = {n.name for n in ast.walk(ast.parse(path.read_text()))
+                      if isinstance(n, ast.ClassDef)}
+            assert not classes & others, (path, classes & others)
+
+
+class _Placement:
+    """The placement HelperPhase sees, from a simulation's state: owners, copies made,
+    copies being made; the copies it starts are recorded."""
+
+    def __init__(self, rs: sim.RoundSim) -> None:
+        self.owner = list(rs.owner_names)
+        self._holders = [dict.fromkeys(rs._holders(p)) for p in range(len(rs.owner))]
+        self._copying = set(rs.copying)
+        self._load = dict(rs.copies_on)
+        self.started: dict[int, str] = {}
+
+    def copy_load(self) -> dict[str, int]:
+        return self._load
+
+    def holders(self, p: int) -> dict:
+        return self._holders[p]
+
+    def copying(self, p: int) -> bool:
+        return p in self._copying
+
+    def copy(self, p: int, worker: str) -> None:
+        self.started[p] = worker
+
+
+# Persistent stragglers with two partitions a worker: copies and waves every round; a heavy
+# tail with a help-above of a scan's length: some rounds' leftovers not worth a wave.
+@pytest.mark.parametrize("stragglers, partitions_per_worker, help_above",
+                         [(Persistent(0.25, 4.0), 2, 2e-3), (HeavyTail(2.0), 1, 5e-2)])
+def test_the_simulators_helper_decisions_are_the_engines(monkeypatch, stragglers,
+                                                         partitions_per_worker, help_above):
+    """Round by round of a simulated default A-BSP fit on 16 workers, the engine's
+    HelperPhase, given the simulation's state as its placement and the simulation's costs
+    as its settings, starts the copies the simulator starts and plans the helper wave the
+    simulator runs."""
+    costs = Costs(row_seconds=1e-5, copy_bandwidth=5e7, help_above=help_above)
+    settings = {"daskabsp.replicas": costs.replicas, "daskabsp.help-above": costs.help_above,
+                "daskabsp.probe-rows": costs.probe_rows}
+    real_help, real_pieces, real_copy = (sim.RoundSim._help, sim.RoundSim._pieces_task,
+                                         sim.RoundSim._copy)
+    seen = []
+
+    def help_(self, r, plan, owned):
+        # The engine's phase, from the state the simulation's phase starts from.
+        placement, book = _Placement(self), copy.deepcopy(self.book)
+        phase = HelperPhase(len(owned), self.rent_due, costs.chunk_target, sum)
+        phase.rates = copy.deepcopy(self.rates)
+        self.started, self.waves = {}, []
+        out = yield from real_help(self, r, plan, owned)
+        wave = []
+        if plan.copies:
+            with dask.config.set(settings):
+                phase.observe(owned)
+                phase.copy_stragglers(placement, owned, plan.quotas, self.threads, set())
+                if plan.helped:
+                    wave = phase.wave(placement, book, owned, plan.quotas, self.threads,
+                                      set(), needed=plan.full)
+        assert self.started == placement.started
+        assert self.waves == [(w, list(batch)) for w, batch in wave]
+        seen.append((len(self.started), len(wave)))
+        return out
+
+    def pieces(self, r, worker, batch):
+        self.waves.append((worker, list(batch)))
+        return real_pieces(self, r, worker, batch)
+
+    def copy_(self, p, worker):
+        self.started[p] = worker
+        return real_copy(self, p, worker)
+
+    monkeypatch.setattr(sim.RoundSim, "_help", help_)
+    monkeypatch.setattr(sim.RoundSim, "_pieces_task", pieces)
+    monkeypatch.setattr(sim.RoundSim, "_copy", copy_)
+    cluster = Cluster(workers=16, rows=4000, partitions_per_worker=partitions_per_worker)
+    res = simulate(ABSP(), cluster, costs, stragglers, rounds=12, seed=3)
+    assert len(res.rounds) == len(seen) == 12
+    assert sum(c for c, _ in seen) > 0 and sum(w > 0 for _, w in seen) > 2

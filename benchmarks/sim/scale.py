@@ -38,12 +38,12 @@ import numpy as np
 from _common import RESULTS, load_note, parse_args, table, write_json
 from _sim import load_costs
 
-from daskabsp import ABSP, BSP
-from daskabsp.lab.sim import SSP, Cluster, HeavyTail, Persistent, Stragglers, Transient, simulate
+from daskabsp import ABSP, ASP, BSP, SSP
+from daskabsp.lab.sim import Cluster, HeavyTail, Persistent, Stragglers, Transient, simulate
 
 MODES = {"plain": ("plain", {}), "bsp": (BSP(), {}), "absp": (ABSP(), {}),
          "absp-spread": (ABSP(), {"spread_copies": True}), "absp-paper": (ABSP.published(), {}),
-         "ssp3": (SSP(3), {}), "asp": (SSP(None), {})}
+         "ssp3": (SSP(3), {}), "asp": (ASP(), {})}
 DISTRIBUTIONS = {"none": Stragglers(), "persistent 5% x4": Persistent(0.05, 4.0),
                  "transient 5% x4": Transient(0.05, 4.0), "heavy tail a=3": HeavyTail(3.0)}
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -64,10 +64,11 @@ def one(mode, cluster: Cluster, costs, stragglers, epochs: float, seed: int) -> 
     mode, kwargs = mode
     res = simulate(mode, cluster, costs, stragglers, rounds=rounds, epochs=epochs + 1,
                    seed=seed, **kwargs)
-    after = 1 if not isinstance(mode, SSP) else cluster.partitions
+    clocks = isinstance(mode, (SSP, ASP))  # no global rounds: one update per partition
+    after = cluster.partitions if clocks else 1
     per_epoch = res.time_per_epoch(after=after)
     n_rounds = len(res.rounds)
-    if isinstance(mode, SSP):  # per clock's worth of updates: one update per partition
+    if clocks:  # per clock's worth of updates: one update per partition
         n_rounds /= cluster.partitions
     loop = res.loop_busy / max(n_rounds, 1)
     rt = float(np.median(res.round_times()))

@@ -19,6 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def within_bound(clock: int, slowest: int, bound: int | None) -> bool:
+    """Whether a partition at ``clock`` may start its update while the slowest partition is
+    at ``slowest``: at most ``bound`` clocks ahead of it (Bösen's rule; None: no bound,
+    ASP)."""
+    return bound is None or clock - slowest <= bound
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
     """A task's claim to compute one update.
@@ -105,7 +112,7 @@ class ClockBook:
         bound, and within the budget."""
         slowest = self.slowest
         free = [p for p in range(len(self)) if p not in self.running
-                and (self.bound is None or self.clocks[p] - slowest <= self.bound)]
+                and within_bound(self.clocks[p], slowest, self.bound)]
         free.sort(key=lambda p: (self.clocks[p], p))
         left = self._left()
         return free if left is None else free[:max(left, 0)]

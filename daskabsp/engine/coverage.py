@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..policies import advance
+
 
 @dataclass(frozen=True, slots=True)
 class Leftover:
@@ -170,7 +172,7 @@ def _emit(pieces: list[Piece], lo: Leftover, pos: int, rows: int, worker: str) -
         n = min(rows, lo.size - pos)
         pieces.append(Piece(lo.partition, pos, n, worker))
         rows -= n
-        pos = (pos + n) % lo.size
+        pos = advance(pos, n, lo.size)
     return pos
 
 
@@ -213,7 +215,7 @@ def merge(start: int, size: int, owner_rows: int, owner_stats: Any, owner_head: 
     stats = [owner_stats] if owner_rows > 0 and owner_stats is not None else []
     rows, helped, counted = owner_rows, 0, []
     head = owner_head
-    pos = (start + owner_rows) % size
+    pos = advance(start, owner_rows, size)
     wrapped = owner_head is not None or (owner_rows > 0 and pos == 0)
     while pos in by_start and rows < size:
         piece, s = by_start.pop(pos)
@@ -223,7 +225,7 @@ def merge(start: int, size: int, owner_rows: int, owner_stats: Any, owner_head: 
         counted.append(piece)
         rows += piece.rows
         helped += piece.rows
-        pos = (piece.start + piece.rows) % size
+        pos = advance(piece.start, piece.rows, size)
         if pos == 0 and not wrapped:
             head = combine(stats)
             wrapped = True

@@ -25,7 +25,7 @@ from .helpers import Helped, HelperPhase
 from .link import ScanTask
 from .membership import Membership
 from .observe import RoundRecord
-from .plan import Outcome, RoundPlan, plan_round, settle, spread
+from .plan import RoundPlan, plan_round, settle, spread
 
 if TYPE_CHECKING:
     from .placement import Placement
@@ -192,7 +192,7 @@ class RoundLoop(FitLoop):
         """The round's helper phase, if the plan has one (copies of stragglers' partitions
         started first, for later rounds)."""
         helpers = self.helpers
-        own = Helped([Outcome.own(res) for res in owned])
+        own = Helped.own(owned)
         if helpers is None or not plan.copies:
             return own
         helpers.observe(owned)

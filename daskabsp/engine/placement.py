@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 
 from dask.graph_manipulation import clone
 from dask.sizeof import sizeof
@@ -202,19 +202,13 @@ class Placement:
         """Whether a copy of partition ``p`` is being made."""
         return p in self._copying
 
-    def copy_target(self, p: int, candidates: Collection[str],
-                    rate: Callable[[str, int], float]) -> str:
-        """Where a copy of partition ``p`` goes: the candidate with the most rows per second
-        to spare, its scan ``rate(worker, p)`` shared with the copies it already holds or is
-        receiving (every copy sent to the fastest worker makes one worker help all the
-        stragglers: 250 of them at 5 000 workers in the simulator)."""
+    def copy_load(self) -> dict[str, int]:
+        """Per worker, the copies of this fit it holds or is receiving."""
         load: dict[str, int] = {}
-        for held in self.parts.copies:
-            for w in held:
-                load[w] = load.get(w, 0) + 1
-        for w in self._copying_to.values():
+        for w in [w for held in self.parts.copies for w in held] + list(
+                self._copying_to.values()):
             load[w] = load.get(w, 0) + 1
-        return max(candidates, key=lambda w: (rate(w, p) / (1 + load.get(w, 0)), w))
+        return load
 
     def copy(self, p: int, worker: str) -> None:
         """Start copying partition ``p`` to ``worker`` in the background; helpers read it

@@ -54,6 +54,12 @@ class Rates:
         s = self.speed.get(worker)
         return s if s is not None else (_median(list(self.speed.values())) or 1.0)
 
+    def worker_speeds(self, workers: Iterable[str]) -> dict[str, float]:
+        """:meth:`worker_speed` of each of ``workers``, the median of the measured speeds
+        (for those not measured) taken once rather than per worker."""
+        unmeasured = _median(list(self.speed.values())) or 1.0
+        return {w: self.speed.get(w, unmeasured) for w in workers}
+
     def rate(self, worker: str, p: int) -> float:
         """Rows of partition ``p`` per second per thread that ``worker`` is expected to scan."""
         return self.worker_speed(worker) / self.cost(p)

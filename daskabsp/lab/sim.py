@@ -4,13 +4,19 @@ What it answers: how long a round takes, how many rows it counts and how much of
 coordination, for BSP, A-BSP (the default and as published) and SSP/ASP, on clusters larger than
 any one machine can run, under straggler distributions from the literature. The costs come from
 measurements on a real cluster (:class:`Costs`; ``benchmarks/sim/calibrate.py`` measures them), and
-the decisions are the engine's own: a round's plan and settlement are
-:func:`daskabsp.engine.plan.plan_round` and :func:`~daskabsp.engine.plan.settle` under the real
-:class:`~daskabsp.ABSP` and :class:`~daskabsp.BSP` policies, helpers are planned by
-:func:`daskabsp.engine.coverage.plan` from :class:`daskabsp.engine.rates.Rates`, cursors and chunk
-sizes are kept by :class:`daskabsp.engine.book.PartitionBook`. SSP and ASP (:class:`SSP`) follow
-their documented semantics (a partition runs at most ``staleness`` clocks ahead of the slowest;
-updates are applied as they arrive), not an engine implementation.
+the decisions are the engine's own functions, imported, never copied: a round's plan and
+settlement are :func:`daskabsp.engine.plan.plan_round` and :func:`~daskabsp.engine.plan.settle`
+under the real :class:`~daskabsp.ABSP` and :class:`~daskabsp.BSP` policies; the helper phase is
+:mod:`daskabsp.engine.helpers`' rules (what was left, which copies to make and where, whether a
+wave of helpers is worth it and who scans what, the merge), from
+:class:`daskabsp.engine.rates.Rates`; a task that had not started when its round stopped returns
+:func:`daskabsp.engine.link.idle_result`; cursors and chunk sizes are kept by
+:class:`daskabsp.engine.book.PartitionBook`, and every cursor moves by
+:func:`daskabsp.policies.advance`. SSP and ASP (:class:`~daskabsp.SSP`, :class:`~daskabsp.ASP`)
+hold back a partition by the engine's staleness bound
+(:func:`daskabsp.engine.clocks.within_bound`, as :meth:`~daskabsp.engine.clocks.ClockBook.ready`)
+and apply updates as they arrive; their loop is modelled, not the engine's ``ClockLoop``. What
+the engine measures (time: scans, messages, the event loop) is the simulator's model.
 
 The model (see ``docs/scale.md`` for its assumptions):
 
@@ -28,9 +34,10 @@ The model (see ``docs/scale.md`` for its assumptions):
 - messages take ``latency``; a stop reaches a worker ``stop_latency`` after the quorum;
 - a copy for helpers takes its bytes over ``copy_bandwidth`` and uses no CPU.
 
-Not modelled: workers that die or go silent, memory, the data's placement, the program's
-convergence (rows counted stand for progress: "time per epoch" is the time to count as many rows
-as the data holds).
+Not modelled: workers that die or go silent (and with them the helper wave's deadline,
+:func:`daskabsp.engine.helpers.wave_deadline`, which only a wave waiting on such a worker
+reaches), memory, the data's placement, the program's convergence (rows counted stand for
+progress: "time per epoch" is the time to count as many rows as the data holds).
 """
 
 from __future__ import annotations
@@ -48,12 +55,21 @@ except ImportError as e:  # an optional dependency
     raise ImportError("daskabsp.lab.sim needs simpy: pip install 'daskabsp[sim]'") from e
 
 from ..engine.book import PartitionBook, quotas_of
-from ..engine.coverage import Leftover, batches, merge
-from ..engine.coverage import plan as plan_pieces
-from ..engine.plan import Outcome, RoundPlan, plan_round, settle, spread
+from ..engine.clocks import within_bound
+from ..engine.helpers import (
+    Helped,
+    copies_due,
+    copy_targets,
+    helper_batches,
+    leftovers_of,
+    merge_helped,
+    shortfall,
+)
+from ..engine.link import idle_result
+from ..engine.plan import RoundPlan, plan_round, settle, spread
 from ..engine.rates import Rates
 from ..extension import PartialResult
-from ..policies import ABSP, BSP, Policy
+from ..policies import ABSP, BSP, Policy, advance
 
 # -- what the simulation is given ----------------------------------------------------------------
 
@@ -153,19 +169,6 @@ class Cluster:
         return self.workers * self.partitions_per_worker
 
 
-@dataclass(frozen=True)
-class SSP:
-    """Stale synchronous parallel: a partition runs at most ``staleness`` clocks ahead of the
-    slowest one; each partition's update is applied when it arrives. ``staleness=None`` is
-    ASP (no bound)."""
-
-    staleness: int | None = 3
-
-    @property
-    def name(self) -> str:
-        return "asp" if self.staleness is None else f"ssp{self.staleness}"
-
-
 # -- stragglers ---------------------------------------------------------------------------
 
 
@@ -236,7 +239,10 @@ class HeavyTail(Stragglers):
 
 def mode_name(policy: Policy) -> str:
     """``"bsp"``, ``"absp"`` (the default A-BSP), ``"absp-paper"`` (``ABSP.published()``),
-    or the policy's repr."""
+    ``"ssp<staleness>"`` (``SSP(staleness)``), ``"asp"``, or the policy's repr."""
+    if not policy.rounds:
+        bound = policy.staleness_bound
+        return "asp" if bound is None else f"ssp{bound}"
     if isinstance(policy, BSP) or policy == ABSP():
         return policy.name
     return "absp-paper" if policy == ABSP.published() else repr(policy)
@@ -251,8 +257,8 @@ def round_half(x: float) -> int:
 
 
 @dataclass(frozen=True)
-class RoundLog:
-    """One round (for SSP/ASP: one applied update).
+class SimRound:
+    """One simulated round (for SSP/ASP: one applied update).
 
     Attributes
     ----------
@@ -293,7 +299,7 @@ class SimResult:
         The sync model simulated.
     cluster : Cluster
         The cluster.
-    rounds : list of RoundLog
+    rounds : list of SimRound
         Rounds (or updates) in the order they ended.
     loop_busy : float
         Seconds the scheduler's event loop worked.
@@ -303,7 +309,7 @@ class SimResult:
 
     mode: str
     cluster: Cluster
-    rounds: list[RoundLog] = field(default_factory=list)
+    rounds: list[SimRound] = field(default_factory=list)
     loop_busy: float = 0.0
     events: list[tuple[float, str, int, int]] = field(default_factory=list)
 
@@ -314,17 +320,6 @@ class SimResult:
     def round_times(self) -> np.ndarray:
         """Each round's duration, start to applied update."""
         return np.asarray([r.end - r.start for r in self.rounds])
-
-    def time_to_rows(self, rows: float, after: int = 0) -> float:
-        """Seconds from the start of round (update) ``after`` until the rounds from it on had
-        counted ``rows`` rows in all (NaN if they never did)."""
-        done = 0
-        logs = self.rounds[after:]
-        for r in logs:
-            done += r.rows
-            if done >= rows:
-                return r.end - logs[0].start
-        return math.nan
 
     def time_per_epoch(self, after: int = 0) -> float:
         """Seconds per epoch at the rate the rounds (updates) from ``after`` on counted rows:
@@ -456,11 +451,6 @@ class _Round:
         return False
 
 
-def _idle(cursor: int, worker: str) -> PartialResult:
-    return PartialResult(stats=None, rows=0, cursor=cursor, stopped=True, compute_seconds=0.0,
-                         start=math.nan, stop=math.nan, worker=worker, chunk_rows=0)
-
-
 class _Base:
     """What the round and clock simulations share: the servers, the costs, the scans."""
 
@@ -559,6 +549,8 @@ class RoundSim(_Base):
         self.copying: set[int] = set()
         self.spread_copies = spread_copies
         self.copies_on: Counter = Counter()  # copies made (or being made) per worker
+        self.owner_names = [self.names[w] for w in self.owner]
+        self.threads = dict.fromkeys(self.names, cluster.threads)  # helpers may use all
         self.rent_due = [cluster.rows * costs.row_bytes / costs.copy_bandwidth] * len(sizes)
 
     def run(self, rounds: int, epochs: float | None = None) -> SimResult:
@@ -591,8 +583,9 @@ class RoundSim(_Base):
         yield rnd.settled
         yield env.timeout(c.latency)  # the settled reply, or the last result, to the driver
         owned = [rnd.results[p] for p in range(len(book))]
-        outcomes, helper_rows = yield from self._help(r, plan, owned)
-        settled = settle(self.policy, book.cursor, book.sizes, outcomes, helper_rows,
+        helped = yield from self._help(r, plan, owned)
+        settled = settle(self.policy, book.cursor, book.sizes, helped.outcomes,
+                         helped.helper_rows,
                          self.names)
         cursors = tuple(book.cursor)
         book.record(settled.cursors, settled.counted, owned, probe_rows=c.probe_rows,
@@ -601,10 +594,10 @@ class RoundSim(_Base):
                                  else 0.0)
         yield from self.srv.on_loop(driver)
         self.log("round", r, -1)
-        return RoundLog(r, t0, env.now, tuple((ps.partition, cursors[ps.partition], ps.rows)
+        return SimRound(r, t0, env.now, tuple((ps.partition, cursors[ps.partition], ps.rows)
                                               for ps in settled.pieces),
                         stopped=sum(res.stopped for res in owned),
-                        helped=sum(helper_rows.values()))
+                        helped=sum(helped.helper_rows.values()))
 
     def _own_task(self, rnd: _Round, p: int) -> Iterator:
         """Partition ``p``'s own task: submitted, queued on its owner, scanned, returned."""
@@ -629,8 +622,8 @@ class RoundSim(_Base):
             if plan.quorum == 1 and plan.unit == "partitions" and not stopped:
                 rnd.set_flag(w)  # ends_round: its worker's other tasks stop at once
         self.log("end", rnd.number, p)
-        result = PartialResult(None, rows, (book.cursor[p] + rows) % book.sizes[p], stopped,
-                               seconds, t_start, env.now, self.names[w], 0)
+        result = PartialResult(_stats(rows), rows, advance(book.cursor[p], rows, book.sizes[p]),
+                               stopped, seconds, t_start, env.now, self.names[w], 0)
         yield env.timeout(c.latency)
         yield from self.srv.on_loop(c.loop_task / 2)
         if rnd.finish(p, result):
@@ -656,38 +649,44 @@ class RoundSim(_Base):
         yield self.env.timeout(self.costs.latency)
         yield from self.srv.on_loop(self.costs.stop_message)
         for p in parts:
-            rnd.settle(p, _idle(self.book.cursor[p], self.names[w]))
+            rnd.settle(p, idle_result(self.book.cursor[p], self.names[w]))
 
-    # -- helpers (as daskabsp.engine.helpers.HelperPhase, for a program that never needs a
-    #    full round and workers that never go silent) ------------------------------------------
+    # -- helpers: the engine's rules (daskabsp.engine.helpers), applied in the order
+    #    RoundLoop._help and HelperPhase apply them, for a program that never needs a full
+    #    round and workers that never go silent ----------------------------------------------
 
     def _help(self, r: int, plan: RoundPlan, owned: list[PartialResult]) -> Iterator:
-        """The helper phase: returns each partition's outcome and the helpers' counted rows."""
-        outcomes = [Outcome.own(res) for res in owned]
-        if not (self.helpers and plan.helped):
-            return outcomes, Counter()
+        """The helper phase: returns each partition's outcome and the helpers' counted rows
+        (a :class:`~daskabsp.engine.helpers.Helped`)."""
+        own = Helped.own(owned)
+        if not (self.helpers and plan.copies):
+            return own
         self.rates.observe(owned)
         self._copy_stragglers(owned, plan.quotas)
-        leftovers = self._leftovers(owned, plan.quotas)
-        if not leftovers or not self._worth_it(leftovers, owned):
-            return outcomes, Counter()
-        live = dict.fromkeys(self.names, self.cluster.threads)
-        pieces = plan_pieces(leftovers, {w: self.rates.worker_speed(w) for w in live}, live,
-                             min_rows=self.costs.probe_rows,
-                             cost={lo.partition: self.rates.cost(lo.partition)
-                                   for lo in leftovers})
-        if not pieces:
-            return outcomes, Counter()
-        work = [self.env.process(self._pieces_task(r, w, batch))
-                for w, batch in batches(pieces, live)]
+        if not plan.helped:
+            return own
+        book, c = self.book, self.costs
+        scanned = [res.rows for res in owned]
+        leftovers = leftovers_of(scanned, plan.quotas, book.cursor, book.sizes,
+                                 {p: self._holders(p) for p in shortfall(scanned, plan.quotas)},
+                                 self.owner_names, needed=plan.full)
+        batches = helper_batches(leftovers, owned, self.rates, self.threads,
+                                 min_rows=c.probe_rows, help_above=c.help_above,
+                                 needed=plan.full)
+        if not batches:
+            return own
+        work = [self.env.process(self._pieces_task(r, w, batch)) for w, batch in batches]
         yield self.env.all_of(work)
-        yield self.env.timeout(self.costs.latency)
-        done = [pair for proc in work for pair in proc.value]
-        self.rates.observe_pieces(owned, ((pc.partition, res) for pc, res in done))
-        return self._merge(owned, plan.quotas, outcomes, done)
+        yield self.env.timeout(c.latency)
+        pieces = [pc for _, batch in batches for pc in batch]
+        results = [res for proc in work for res in proc.value]
+        self.rates.observe_pieces(owned, ((pc.partition, res) for pc, res in zip(
+            pieces, results, strict=True)))
+        return merge_helped(book.cursor, book.sizes, owned, plan.quotas, pieces, results, sum)
 
     def _pieces_task(self, r: int, worker: str, batch: list) -> Iterator:
-        """One helper task: the batch's pieces scanned one after the other, never stopped."""
+        """One helper task: the batch's pieces scanned one after the other, never stopped;
+        returns their results."""
         env, c = self.env, self.costs
         w = int(worker[1:])
         yield from self.srv.on_loop(c.loop_task / 2)
@@ -700,76 +699,50 @@ class RoundSim(_Base):
                 t = env.now
                 rows, seconds, _ = yield from self.scan(_NEVER, w, pc.rows, 0,
                                                         self.factor(r, w))
-                out.append((pc, PartialResult(None, rows, 0, False, seconds, t, env.now,
-                                              worker, 0)))
+                out.append(PartialResult(_stats(rows), rows, 0, False, seconds, t, env.now,
+                                         worker, 0))
         yield env.timeout(c.latency)
         yield from self.srv.on_loop(c.loop_task / 2)
         return out
 
-    def _merge(self, owned, quotas, outcomes, done) -> tuple[list[Outcome], Counter]:
-        by_part: dict[int, list] = {}
-        for pc, res in done:
-            by_part.setdefault(pc.partition, []).append(
-                (pc, res.rows if res.rows == pc.rows else None))
-        helper_rows: Counter = Counter()
-        for p, pieces in by_part.items():
-            own = owned[p]
-            cov = merge(self.book.cursor[p], self.book.sizes[p], own.rows,
-                        own.rows if own.rows else None, None, pieces, sum)
-            outcomes[p] = Outcome(cov.rows, cov.stats, None, cov.rows < quotas[p], own.rows,
-                                  own.worker)
-            for pc in cov.pieces:
-                helper_rows[pc.worker] += pc.rows
-        return outcomes, helper_rows
+    def _holders(self, p: int) -> tuple[str, ...]:
+        """The workers partition ``p`` can be read on: its owner, then its copies."""
+        return (self.owner_names[p], *self.copies[p])
 
-    def _leftovers(self, owned, quotas) -> list[Leftover]:
-        """What stopped partitions left that another worker holds a copy of."""
-        book = self.book
-        return [Leftover(p, book.leftover_start(p, res.rows), quotas[p] - res.rows,
-                         book.sizes[p], (self.names[self.owner[p]], *self.copies[p]))
-                for p, res in enumerate(owned) if quotas[p] > res.rows and self.copies[p]]
-
-    def _worth_it(self, leftovers: list[Leftover], owned) -> bool:
-        rates = self.rates
-        return max(lo.rows / max(rates.own[lo.partition] or rates.rate(
-            owned[lo.partition].worker, lo.partition), 1e-9)
-            for lo in leftovers) >= self.costs.help_above
-
-    def _copy_stragglers(self, owned, quotas) -> None:
-        """Start a copy of each partition whose waits have paid for one (its rent), to the
-        fastest worker without one, as the engine does (the engine's rates are noisy; here
-        equal speeds tie and the last name wins, so one worker takes them all, as the
-        measured-fastest one would); ``spread_copies``: to the fastest of those holding the
-        fewest copies (a what-if)."""
-        left = {p: quotas[p] - res.rows for p, res in enumerate(owned)
-                if quotas[p] > res.rows and p not in self.copying}
-        if not left:
+    def _copy_stragglers(self, owned: list[PartialResult], quotas: tuple[int, ...]) -> None:
+        """Start a copy of each partition whose waits have paid for one (its rent), where the
+        engine would (:func:`~daskabsp.engine.helpers.copies_due`,
+        :func:`~daskabsp.engine.helpers.copy_targets`: the worker without one with the most
+        scan rate to spare once the copies it holds or receives share it); ``spread_copies``:
+        to the fastest of those holding the fewest copies (a what-if)."""
+        short = {p: rows for p, rows in shortfall([res.rows for res in owned], quotas).items()
+                 if p not in self.copying}
+        if not short:
             return
-        owner = [self.names[w] for w in self.owner]
-        paid = self.rates.charge(left, owner, self.names, slack=self.costs.help_above)
-        due = [p for p in left if len(self.copies[p]) + 1 <= self.costs.replicas
-               and paid[p] >= self.rent_due[p]]
-        if not due:
-            return
-        # rate(w, p) is speed(w) / cost(p): the fastest worker is the same for every p. The
-        # engine scans all workers per partition (HelperPhase.copy_stragglers); ranking them
-        # once gives the same choice in O(W log W) per round instead of O(W) per partition.
-        ranked = sorted(self.names, key=lambda w: (self.rates.worker_speed(w), w), reverse=True)
+        paid = self.rates.charge(short, self.owner_names, self.names,
+                                 slack=self.costs.help_above)
+        holders = {p: self._holders(p) for p in short}
+        due = copies_due(short, paid, self.rent_due, holders, self.costs.replicas)
+        targets = (self._spread(due, holders) if self.spread_copies
+                   else copy_targets(due, holders, self.names, self.rates, self.copies_on))
+        for p, target in targets.items():
+            self.copying.add(p)
+            self.copies_on[target] += 1
+            self.env.process(self._copy(p, target))
+
+    def _spread(self, due: list[int], holders: dict[int, tuple[str, ...]]) -> dict[int, str]:
+        """The what-if ``spread_copies`` (not the engine's rule): each copy of ``due`` to the
+        fastest of the workers without one that hold the fewest copies."""
+        speed = self.rates.worker_speeds(self.names)
+        ranked = sorted(self.names, key=lambda w: (speed[w], w), reverse=True)
+        load, out = Counter(self.copies_on), {}
         for p in due:
-            have = {owner[p], *self.copies[p]}
-            target = self._copy_target(ranked, have)
-            if target is not None:
-                self.copying.add(p)
-                self.copies_on[target] += 1
-                self.env.process(self._copy(p, target))
-
-    def _copy_target(self, ranked: list[str], have: set[str]) -> str | None:
-        """The first of ``ranked`` not in ``have`` (``spread_copies``: of those holding the
-        fewest copies)."""
-        if not self.spread_copies:
-            return next((w for w in ranked if w not in have), None)
-        fewest = min((self.copies_on[w] for w in ranked if w not in have), default=None)
-        return next((w for w in ranked if w not in have and self.copies_on[w] == fewest), None)
+            free = [w for w in ranked if w not in holders[p]]
+            if free:
+                fewest = min(load[w] for w in free)
+                out[p] = next(w for w in free if load[w] == fewest)
+                load[out[p]] += 1
+        return out
 
     def _copy(self, p: int, worker: str) -> Iterator:
         yield self.env.timeout(self.rent_due[p])
@@ -777,16 +750,23 @@ class RoundSim(_Base):
         self.copying.discard(p)
 
 
-class ClockSim(_Base):
-    """SSP and ASP: each partition's task loops over its own clocks, reading the newest
-    parameters, scanning its whole partition and sending its update, which the driver
-    applies as it arrives; under SSP a partition waits while it is ``staleness`` clocks
-    ahead of the slowest one."""
+def _stats(rows: int) -> int | None:
+    """A scan's statistics in the simulation: its rows (a round's pieces merge with ``sum``),
+    None for a scan of none, as the engine's idle result has."""
+    return rows or None
 
-    def __init__(self, ssp: SSP, cluster: Cluster, costs: Costs, stragglers: Stragglers,
+
+class ClockSim(_Base):
+    """SSP and ASP (a policy without rounds): each partition's task loops over its own
+    clocks, reading the newest parameters, scanning its whole partition and sending its
+    update, which the driver applies as it arrives; a partition waits while the engine's
+    bound (:func:`~daskabsp.engine.clocks.within_bound` at the policy's
+    ``staleness_bound``) holds it back."""
+
+    def __init__(self, policy: Policy, cluster: Cluster, costs: Costs, stragglers: Stragglers,
                  seed: int = 0, *, log: bool = False) -> None:
-        super().__init__(cluster, costs, stragglers, seed, ssp.name, log)
-        self.bound = ssp.staleness
+        super().__init__(cluster, costs, stragglers, seed, mode_name(policy), log)
+        self.bound = policy.staleness_bound
         n = cluster.partitions
         self.clock = [0] * n
         self.at_clock = Counter({0: n})  # partitions per clock, for the slowest clock
@@ -810,7 +790,7 @@ class ClockSim(_Base):
         env, c = self.env, self.costs
         w, size, cursor = self.owner[p], self.cluster.rows, 0
         while not self.done.triggered:
-            while self.bound is not None and self.clock[p] > self.slowest + self.bound:
+            while not within_bound(self.clock[p], self.slowest, self.bound):
                 yield self.advanced
             read, t0 = self.version, env.now
             yield from self.srv.on_loop(c.loop_task / 2)
@@ -824,11 +804,11 @@ class ClockSim(_Base):
             yield from self.srv.on_loop(c.loop_task / 2 + c.engine_task + c.update)
             if self.done.triggered:
                 return
-            self._applied(p, RoundLog(self.version, t0, env.now, ((p, cursor, rows),),
+            self._applied(p, SimRound(self.version, t0, env.now, ((p, cursor, rows),),
                                       staleness=self.version - read), target)
-            cursor = (cursor + rows) % size
+            cursor = advance(cursor, rows, size)
 
-    def _applied(self, p: int, log: RoundLog, target: float) -> None:
+    def _applied(self, p: int, log: SimRound, target: float) -> None:
         """Partition ``p``'s update was applied: its clock advances."""
         self.version += 1
         self.result.rounds.append(log)
@@ -846,7 +826,7 @@ class ClockSim(_Base):
             self.done.succeed()
 
 
-def simulate(mode: str | Policy | SSP, cluster: Cluster, costs: Costs | None = None,
+def simulate(mode: str | Policy, cluster: Cluster, costs: Costs | None = None,
              stragglers: Stragglers | None = None, *, rounds: int = 20,
              epochs: float | None = None, seed: int = 0, log: bool = False,
              spread_copies: bool = False) -> SimResult:
@@ -854,9 +834,10 @@ def simulate(mode: str | Policy | SSP, cluster: Cluster, costs: Costs | None = N
 
     Parameters
     ----------
-    mode : "plain", Policy or SSP
-        ``"plain"``: a plain Dask loop of submit and gather; a policy (``BSP()``, ``ABSP()``,
-        ``ABSP.published()``): the engine's rounds under it; an :class:`SSP`: SSP or ASP.
+    mode : "plain" or Policy
+        ``"plain"``: a plain Dask loop of submit and gather; a policy with rounds (``BSP()``,
+        ``ABSP()``, ``ABSP.published()``): the engine's rounds under it; one without
+        (``SSP(staleness)``, ``ASP()``): its clocks.
     cluster : Cluster
         The cluster.
     costs : Costs, optional
@@ -881,13 +862,13 @@ def simulate(mode: str | Policy | SSP, cluster: Cluster, costs: Costs | None = N
     """
     costs = costs or Costs()
     stragglers = stragglers or Stragglers()
-    if isinstance(mode, SSP):
-        return ClockSim(mode, cluster, costs, stragglers, seed, log=log).run(rounds, epochs)
-    if mode == "plain":
+    if isinstance(mode, str) and mode == "plain":
         return RoundSim(BSP(), cluster, costs, stragglers, seed, engine=False,
                         log=log).run(rounds, epochs)
     if not isinstance(mode, Policy):
-        raise ValueError(f"The 'mode' parameter of simulate must be 'plain', a Policy or an SSP. "
-                         f"Got {mode!r} instead.")
+        raise ValueError(f"The 'mode' parameter of simulate must be 'plain' or a "
+                         f"daskabsp.Policy instance. Got {mode!r} instead.")
+    if not mode.rounds:
+        return ClockSim(mode, cluster, costs, stragglers, seed, log=log).run(rounds, epochs)
     return RoundSim(mode, cluster, costs, stragglers, seed, log=log,
                     spread_copies=spread_copies).run(rounds, epochs)
