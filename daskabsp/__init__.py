@@ -10,9 +10,18 @@ applied as it arrives.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING
 
 from . import config  # loads the daskabsp.* config defaults
+
+# Run in place from a source checkout (a script in its root puts the source daskabsp/ first on
+# sys.path), the estimators, which pyproject.toml installs as daskabsp.estimators, sit beside
+# the package: they are found there too, as an installed copy finds its own.
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if not os.path.isdir(os.path.join(os.path.dirname(__file__), "estimators")) and \
+        os.path.isfile(os.path.join(_CHECKOUT, "estimators", "__init__.py")):
+    __path__.append(_CHECKOUT)
 
 # The public names are imported on first use: a worker that unpickles the worker plugin (or a
 # partition task) imports only what that needs, not scikit-learn and xarray, which would hold
