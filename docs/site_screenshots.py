@@ -56,8 +56,12 @@ def main(site: Path, out: Path = HERE / "screenshots") -> list[Path]:
                 b.set_window_size(WIDTH, ANCHOR_HEIGHT if anchor else 1000)
                 b.get((site / page).resolve().as_uri() + (f"#{anchor}" if anchor else ""))
                 if not anchor:
-                    height = b.execute_script("return document.documentElement.scrollHeight")
-                    b.set_window_size(WIDTH, min(int(height), MAX_HEIGHT))
+                    height, chrome = b.execute_script(
+                        "return [document.documentElement.scrollHeight,"
+                        " window.outerHeight - window.innerHeight]")
+                    # the window's own bars take their height from the page's view (143 px
+                    # of every page's bottom were cut)
+                    b.set_window_size(WIDTH, min(int(height) + int(chrome), MAX_HEIGHT))
                 path = out / f"{name}.png"
                 b.save_screenshot(str(path))
                 shots.append(path)
