@@ -78,6 +78,9 @@ def test_frozen_worker_does_not_hold_up_the_fit():
         # scan their rows from copies), the frozen worker scanning none after the freeze
         assert h.rows_total.values[-1] == len(y)
         assert (h.worker_rows.sel(address=frozen).values[2:] == 0).all()
+        # the history says where its rows went and why (issue 32: every row move is told)
+        events = " ".join(str(e) for e in h.events.values)
+        assert "scattered again" in events or "read from its copy" in events, events
         assert returned - stopped_at[0] < 60
         # the result is scikit-learn's: nothing was counted twice or lost
         W = res.coef[0]

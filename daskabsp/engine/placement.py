@@ -149,6 +149,8 @@ class Placement:
         for p, w in promoted.items():
             self.parts.X[p], self.parts.y[p], self.parts.sample_weight[p] = (
                 self.parts.copies[p].pop(w))
+            self.link.journal.note(logger, logging.INFO, "partition %d is read from its copy "
+                                   "on %s from now on (no row moved)", p, w)
         lost = stranded - set(promoted)
         if lost and self.source is not None:
             await asyncio.gather(*(self._place_again(p, silent) for p in sorted(lost)))
@@ -159,8 +161,10 @@ class Placement:
     async def _place_again(self, p: int, silent: set[str]) -> None:
         """Scatter partition ``p``'s rows again to its owner; if that worker is gone by now
         (a killed worker may still have been listed), to another one that answers."""
+        t0 = time.perf_counter()
         try:
             await move(self.link.client, self.parts, p, *self.source, self.owner[p])
+            self._moved_note(p, t0, "its only worker stopped answering")
             return
         except (OSError, KeyError) as e:  # KeyError: the scheduler no longer knows it
             logger.info("daskabsp: placing partition %d on %s failed (%r); trying another "
@@ -171,6 +175,17 @@ class Placement:
             raise OSError(f"no worker left to place partition {p} on")
         self.owner[p] = workers[p % len(workers)]
         await move(self.link.client, self.parts, p, *self.source, self.owner[p])
+        self._moved_note(p, t0, "its only worker stopped answering")
+
+    def _moved_note(self, p: int, t0: float, why: str) -> None:
+        """Say in the history and the log that partition ``p``'s rows were sent again from
+        this process, how many bytes, how long it took, and why."""
+        a = sum(self.parts.sizes[:p])
+        rows = slice(a, a + self.parts.sizes[p])
+        nbytes = sum(sizeof(x[rows]) for x in self.source if x is not None)
+        self.link.journal.note(logger, logging.WARNING, "partition %d's rows (%.1f MB) "
+                               "scattered again to %s in %.2f s: %s", p, nbytes / 1e6,
+                               self.owner[p], time.perf_counter() - t0, why)
 
     def _recompute(self, p: int) -> None:
         """Compute partition ``p`` of dask input again, from its lineage under new keys, on
