@@ -12,6 +12,7 @@ scheduler runs it where the data lives.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import uuid
 from collections.abc import Awaitable, Callable
@@ -306,8 +307,22 @@ async def nbytes_by_worker(client, parts: Partitions, owners: list[str]) -> dict
     the scheduler measured them."""
     where = [(w, f.key) for p, owner in enumerate(owners)
              for w, futs in parts.holders(p, owner).items() for f in futs if f is not None]
-    size = await client.scheduler.nbytes(keys=[k for _, k in where], summary=False)
+    size = await known_nbytes(client, [k for _, k in where])
     out: dict[str, int] = {}
     for w, k in where:
         out[w] = out.get(w, 0) + int(size.get(k, 0))
     return out
+
+
+async def known_nbytes(client, keys: list) -> dict:
+    """Bytes of each of ``keys`` as the scheduler measured them; keys it no longer knows (lost
+    with a worker that was killed a moment ago) are left out: its ``nbytes`` handler raises
+    ``KeyError`` for the whole request (a fault schedule failed a fit on it)."""
+    try:
+        return await client.scheduler.nbytes(keys=keys, summary=False)
+    except KeyError:
+        out: dict = {}
+        for k in keys:
+            with contextlib.suppress(KeyError):
+                out.update(await client.scheduler.nbytes(keys=[k], summary=False))
+        return out

@@ -25,6 +25,7 @@ from .partitions import (
     as_dask,
     copy_on,
     is_dask,
+    known_nbytes,
     move,
     nbytes_by_worker,
     place,
@@ -319,8 +320,7 @@ class Placement:
         scattered, else at ``daskabsp.copy-rate`` (dask arrays, copied worker to worker)."""
         keys = [[f.key for f in fs if f is not None] for fs in zip(
             self.parts.X, self.parts.y, self.parts.sample_weight, strict=True)]
-        size = await self.link.client.scheduler.nbytes(
-            keys=[k for ks in keys for k in ks], summary=False)
+        size = await known_nbytes(self.link.client, [k for ks in keys for k in ks])
         self._nbytes = [sum(int(size.get(k, 0)) for k in ks) for ks in keys]
         rate = (_LINK_RATES.get(self.link.client.scheduler.address) or self.scatter_rate
                 or float(config.nbytes("copy-rate")))
