@@ -230,30 +230,37 @@ async def _scatter(client, X, y, sample_weight, chunks: tuple[int, ...],
     slots = [w for w, n in sorted(nthreads.items()) for _ in range(max(n, 1))]
     bounds = np.cumsum((0, *chunks))
     placed = await asyncio.gather(*(
-        _scatter_watched(client, (X, y, sample_weight), a, b, slots[p % len(slots)],
-                         sorted(nthreads), silent)
+        _scatter_watched(client, (X, y, sample_weight), a, b, slots[p % len(slots)], silent)
         for p, (a, b) in enumerate(itertools.pairwise(bounds))))
     out = [list(col) for col in zip(*placed, strict=True)]
     return Partitions(out[0], out[1], out[2], chunks, int(X.shape[1]))
 
 
-async def _scatter_watched(client, arrays, a: int, b: int, worker: str, workers: list[str],
+async def _scatter_watched(client, arrays, a: int, b: int, worker: str,
                            silent) -> list[Future | None]:
-    """:func:`_scatter_rows` to ``worker``; if ``worker`` goes silent meanwhile (frozen: the
-    transfer would wait for it), to a worker that is not. While every worker is silent the
-    transfer waits: a cluster that is busy as a whole (starting, importing) answers again."""
-    if silent is None:
-        return await _scatter_rows(client, arrays, a, b, worker)
+    """:func:`_scatter_rows` to ``worker``; if ``worker`` leaves the cluster (killed: the
+    direct transfer would retry its connection for half a minute, then fail) or goes silent
+    (frozen: the transfer would wait for it) meanwhile, to a live worker that is not silent.
+    While every worker is silent the transfer waits: a cluster that is busy as a whole
+    (starting, importing) answers again."""
     while True:
         task = asyncio.ensure_future(_scatter_rows(client, arrays, a, b, worker))
         others: list[str] = []
         while not others:
             done, _ = await asyncio.wait({task}, timeout=_WATCH_EVERY)
-            if done:
+            if done and task.exception() is None:
                 return task.result()
-            quiet = await silent(workers)
-            if worker in quiet:
-                others = [w for w in workers if w not in quiet]
+            live = sorted(await client.scheduler.ncores())
+            quiet = await silent(live) if silent is not None else set()
+            if done or worker in quiet or worker not in live:
+                others = [w for w in live if w not in quiet and w != worker]
+                if done and not others:
+                    if live:  # its worker is still listed, or came back: try again shortly
+                        await asyncio.sleep(_WATCH_EVERY)
+                        others = live
+                    else:
+                        raise OSError(f"no worker left to place rows {a}:{b} on") from \
+                            task.exception()
         task.cancel()
         worker = others[a % len(others)]
 
