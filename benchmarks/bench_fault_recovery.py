@@ -21,6 +21,7 @@ import os
 import time
 import warnings
 
+import dask
 import dask.array as da
 import numpy as np
 from _common import load_note, parse_args, summary, table, write_json
@@ -31,7 +32,7 @@ from sklearn.linear_model import LogisticRegression as SkLogistic
 from daskabsp import slow_workers
 from daskabsp.cluster import worker_addresses
 from daskabsp.estimators import LogisticRegression
-from daskabsp.lab.faults import Fault, run_with_faults, wait_for_workers
+from daskabsp.lab.faults import KEEP_NANNIES, Fault, run_with_faults, wait_for_workers
 
 
 def options(p) -> None:
@@ -55,8 +56,9 @@ def main() -> None:
     warnings.simplefilter("ignore")
     rng = np.random.default_rng(args.seed)
     rows, raw = [], []
-    with LocalCluster(n_workers=4, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    with dask.config.set(KEEP_NANNIES), LocalCluster(
+            n_workers=4, threads_per_worker=1, processes=True,
+            dashboard_address=":0") as cluster, Client(cluster) as client:
 
         def fit():
             return LogisticRegression(sync="absp", tol=1e-9).fit(Xd, yd)
@@ -77,7 +79,9 @@ def main() -> None:
             for moment in ("finish", "copy", "helpers"):
                 got = []
                 for i in range(runs):
-                    wait_for_workers(client, 4)
+                    workers = len(wait_for_workers(client, 4))
+                    if workers < 4:  # not the set-up measured: stop rather than mislead
+                        raise RuntimeError(f"{workers} workers before a fit, not 4")
                     n_at = int(rng.integers(0, 12)) if moment == "finish" else 0
                     target = "random" if moment == "finish" else "bound"
                     fault = Fault(kind, moment, n_at, target, seconds)

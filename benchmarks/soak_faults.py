@@ -27,6 +27,7 @@ import warnings
 from collections import defaultdict
 from pathlib import Path
 
+import dask
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -37,6 +38,7 @@ from test_fault_schedules import POLICIES, case, run_case
 
 from daskabsp import slow_workers
 from daskabsp.cluster import worker_addresses
+from daskabsp.lab.faults import KEEP_NANNIES, wait_for_workers
 
 MODELS = ("logistic", "svc", "ridge", "kmeans")
 
@@ -73,12 +75,18 @@ def main() -> None:
              else list(range(10 if args.quick else args.runs)))
     load0 = os.getloadavg()[0]
     warnings.simplefilter("ignore")
-    runs = []
-    with LocalCluster(n_workers=4, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    runs, stopped = [], None
+    with dask.config.set(KEEP_NANNIES), LocalCluster(
+            n_workers=4, threads_per_worker=1, processes=True,
+            dashboard_address=":0") as cluster, Client(cluster) as client:
         ref = {(m, p): reference_seconds(client, m, p) for m in MODELS for p in POLICIES}
         for i, seed in enumerate(seeds):
             model, policy = MODELS[seed % len(MODELS)], list(POLICIES)[seed % len(POLICIES)]
+            workers = len(wait_for_workers(client, 4))
+            if workers < 4:  # not the set-up soaked: stop rather than mislead
+                stopped = f"{workers} workers before seed {seed}, not 4"
+                print(f"stopped: {stopped}", flush=True)
+                break
             run, faults, gap = run_case(client, model, policy, seed, bound=args.bound)
             row = {"seed": seed, "model": model, "policy": policy, "kind": kind_of(faults),
                    "faults": [f.__dict__ for f in faults],
@@ -94,6 +102,7 @@ def main() -> None:
                      f"{run.seconds:6.2f} s ({row['ratio']:.1f}x) gap {gap:.1e}"),
                   flush=True)
             if run.seconds is None:  # a hung fit holds the cluster: start afresh
+                stopped = f"seed {seed} hung"
                 break
     by = defaultdict(list)
     for r in runs:
@@ -113,10 +122,12 @@ def main() -> None:
     bad = [r for r in runs if r["seconds"] is None or r["error"] or r["accounting"]
            or r["left"] or (r["gap"] is not None and r["gap"] > 1e-6)]
     print(f"\n{len(runs)} runs, {len(bad)} failed"
-          + (f" (seeds {', '.join(str(r['seed']) for r in bad)})" if bad else ""))
+          + (f" (seeds {', '.join(str(r['seed']) for r in bad)})" if bad else "")
+          + (f"; stopped after {len(runs)} of {len(seeds)}: {stopped}" if stopped else ""))
     print(load_note(load0))
     ratios = [r["ratio"] for r in runs if r["ratio"] is not None]
-    write_json("soak_faults", args, {"runs": runs, "ratio": summary(ratios) if ratios else {}})
+    write_json("soak_faults", args, {"runs": runs, "stopped": stopped,
+                                     "ratio": summary(ratios) if ratios else {}})
 
 
 if __name__ == "__main__":

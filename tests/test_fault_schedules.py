@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 
+import dask
 import numpy as np
 import pytest
 from distributed import Client, LocalCluster
@@ -30,7 +31,7 @@ from test_estimators import logistic_objective, ridge_objective, svc_objective
 from daskabsp import ABSP, ASP, SSP, slow_workers
 from daskabsp.cluster import worker_addresses
 from daskabsp.estimators import KMeans, LinearSVC, LogisticRegression, Ridge
-from daskabsp.lab.faults import random_schedule, run_with_faults, wait_for_workers
+from daskabsp.lab.faults import KEEP_NANNIES, random_schedule, run_with_faults, wait_for_workers
 
 POLICIES = {"bsp": "bsp", "absp": "absp", "published": ABSP.published(), "ssp3": SSP(3),
             "asp": ASP()}
@@ -66,9 +67,11 @@ def case(name: str):
 @pytest.fixture(scope="module")
 def faulty():
     """Four worker processes of their own (killed workers are restarted by their nannies;
-    the shared cluster is left alone)."""
-    with LocalCluster(n_workers=4, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    the shared cluster is left alone; :data:`~daskabsp.lab.faults.KEEP_NANNIES` keeps a
+    nanny whose worker is killed twice in a row)."""
+    with dask.config.set(KEEP_NANNIES), LocalCluster(
+            n_workers=4, threads_per_worker=1, processes=True,
+            dashboard_address=":0") as cluster, Client(cluster) as client:
         yield client
 
 
