@@ -99,7 +99,8 @@ def main() -> None:
             print(f"{i + 1:4d}/{len(seeds)} seed {seed:4d} {model:8s} {policy:9s} "
                   f"{row['kind']:7s} fired {len(run.fired)} "
                   + ("HUNG" if run.seconds is None else
-                     f"{run.seconds:6.2f} s ({row['ratio']:.1f}x) gap {gap:.1e}"),
+                     f"{run.seconds:6.2f} s ({row['ratio']:.1f}x) "
+                     + (f"ERROR {row['error']}" if gap is None else f"gap {gap:.1e}")),
                   flush=True)
             if run.seconds is None:  # a hung fit holds the cluster: start afresh
                 stopped = f"seed {seed} hung"
