@@ -28,10 +28,16 @@ from sklearn import svm as sk_svm
 from sklearn.datasets import make_blobs, make_classification, make_regression
 from test_estimators import logistic_objective, ridge_objective, svc_objective
 
-from daskabsp import ABSP, ASP, SSP, slow_workers
+from daskabsp import ABSP, ASP, SSP, as_policy, slow_workers
 from daskabsp.cluster import worker_addresses
 from daskabsp.estimators import KMeans, LinearSVC, LogisticRegression, Ridge
-from daskabsp.lab.faults import KEEP_NANNIES, random_schedule, run_with_faults, wait_for_workers
+from daskabsp.lab.faults import (
+    KEEP_NANNIES,
+    MOMENTS,
+    random_schedule,
+    run_with_faults,
+    wait_for_workers,
+)
 
 POLICIES = {"bsp": "bsp", "absp": "absp", "published": ABSP.published(), "ssp3": SSP(3),
             "asp": ASP()}
@@ -81,8 +87,11 @@ def run_case(client, model: str, policy: str, seed: int, bound: float = BOUND):
     return)."""
     X, y, make, objective, best = case(model)
     sync = POLICIES[policy]
+    # the moments the policy has: without helpers (BSP, A-BSP as published, SSP, ASP) no
+    # copy is made and no helper wave queued
     faults = random_schedule(np.random.default_rng(seed),
-                             rounds=sync in ("bsp", "absp") or isinstance(sync, ABSP))
+                             rounds=sync in ("bsp", "absp") or isinstance(sync, ABSP),
+                             moments=MOMENTS if as_policy(sync).helped else ("round", "finish"))
     wait_for_workers(client, 4)
     slow = worker_addresses(client)[0]
 

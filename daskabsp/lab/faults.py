@@ -242,10 +242,14 @@ def _signal(pid: int, sig: int) -> None:
 
 
 def random_schedule(rng: np.random.Generator, *, rounds: bool, max_faults: int = 2,
-                    max_seconds: float = 4.0) -> list[Fault]:
+                    max_seconds: float = 4.0, moments=None) -> list[Fault]:
     """A random schedule of one to ``max_faults`` faults, at moments a fit with global
-    rounds (``rounds``) or with clocks (SSP, ASP) has."""
-    moments = ["round", "copy", "helpers", "finish"] if rounds else ["round", "finish"]
+    rounds (``rounds``) or with clocks (SSP, ASP) has; ``moments``, if given, the moments
+    to draw from (a policy without helpers, BSP or A-BSP as published, makes no copies and
+    queues no helper wave: a fault waiting for those never happens)."""
+    if moments is None:
+        moments = ["round", "copy", "helpers", "finish"] if rounds else ["round", "finish"]
+    moments = list(moments)
     out = []
     for _ in range(int(rng.integers(1, max_faults + 1))):
         kind = str(rng.choice(KINDS, p=[0.4, 0.3, 0.3]))
