@@ -10,7 +10,8 @@ seconds), its gap to scikit-learn's optimum, its wall time over the same fit's w
 (the median of two, measured first), the history's accounting, tasks left on the cluster.
 
 The table: per policy and fault kind ("several" for schedules of two faults of different
-kinds), the runs, hangs, errors, the worst time ratio and the worst gap, accounting
+kinds), the runs, those in which a fault fired (a schedule's moments may not come in a short
+fit), hangs, errors, the worst time ratio and the worst gap, accounting
 violations and runs that left tasks behind. Failures are listed with their seeds: rerun one
 with ``--seeds N``.
 
@@ -27,6 +28,7 @@ import warnings
 from collections import defaultdict
 from pathlib import Path
 
+import dask
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -37,6 +39,7 @@ from test_fault_schedules import POLICIES, case, run_case
 
 from daskabsp import slow_workers
 from daskabsp.cluster import worker_addresses
+from daskabsp.lab.faults import KEEP_NANNIES, wait_for_workers
 
 MODELS = ("logistic", "svc", "ridge", "kmeans")
 
@@ -73,12 +76,18 @@ def main() -> None:
              else list(range(10 if args.quick else args.runs)))
     load0 = os.getloadavg()[0]
     warnings.simplefilter("ignore")
-    runs = []
-    with LocalCluster(n_workers=4, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    runs, stopped = [], None
+    with dask.config.set(KEEP_NANNIES), LocalCluster(
+            n_workers=4, threads_per_worker=1, processes=True,
+            dashboard_address=":0") as cluster, Client(cluster) as client:
         ref = {(m, p): reference_seconds(client, m, p) for m in MODELS for p in POLICIES}
         for i, seed in enumerate(seeds):
             model, policy = MODELS[seed % len(MODELS)], list(POLICIES)[seed % len(POLICIES)]
+            workers = len(wait_for_workers(client, 4))
+            if workers < 4:  # not the set-up soaked: stop rather than mislead
+                stopped = f"{workers} workers before seed {seed}, not 4"
+                print(f"stopped: {stopped}", flush=True)
+                break
             run, faults, gap = run_case(client, model, policy, seed, bound=args.bound)
             row = {"seed": seed, "model": model, "policy": policy, "kind": kind_of(faults),
                    "faults": [f.__dict__ for f in faults],
@@ -91,9 +100,11 @@ def main() -> None:
             print(f"{i + 1:4d}/{len(seeds)} seed {seed:4d} {model:8s} {policy:9s} "
                   f"{row['kind']:7s} fired {len(run.fired)} "
                   + ("HUNG" if run.seconds is None else
-                     f"{run.seconds:6.2f} s ({row['ratio']:.1f}x) gap {gap:.1e}"),
+                     f"{run.seconds:6.2f} s ({row['ratio']:.1f}x) "
+                     + (f"ERROR {row['error']}" if gap is None else f"gap {gap:.1e}")),
                   flush=True)
             if run.seconds is None:  # a hung fit holds the cluster: start afresh
+                stopped = f"seed {seed} hung"
                 break
     by = defaultdict(list)
     for r in runs:
@@ -102,21 +113,24 @@ def main() -> None:
     for (policy, kind), rs in sorted(by.items()):
         ratios = [r["ratio"] for r in rs if r["ratio"] is not None]
         gaps = [r["gap"] for r in rs if r["gap"] is not None]
-        rows.append([policy, kind, len(rs), sum(r["seconds"] is None for r in rs),
+        rows.append([policy, kind, len(rs), sum(bool(r["fired"]) for r in rs),
+                     sum(r["seconds"] is None for r in rs),
                      sum(r["error"] is not None for r in rs),
                      f"{max(ratios):.1f}" if ratios else "-",
                      f"{max(gaps):.1e}" if gaps else "-",
                      sum(bool(r["accounting"]) for r in rs), sum(r["left"] > 0 for r in rs)])
     print()
-    print(table(["policy", "fault", "runs", "hangs", "errors", "worst time ratio",
+    print(table(["policy", "fault", "runs", "faults fired", "hangs", "errors", "worst time ratio",
                  "worst gap", "accounting", "tasks left"], rows))
     bad = [r for r in runs if r["seconds"] is None or r["error"] or r["accounting"]
            or r["left"] or (r["gap"] is not None and r["gap"] > 1e-6)]
     print(f"\n{len(runs)} runs, {len(bad)} failed"
-          + (f" (seeds {', '.join(str(r['seed']) for r in bad)})" if bad else ""))
+          + (f" (seeds {', '.join(str(r['seed']) for r in bad)})" if bad else "")
+          + (f"; stopped after {len(runs)} of {len(seeds)}: {stopped}" if stopped else ""))
     print(load_note(load0))
     ratios = [r["ratio"] for r in runs if r["ratio"] is not None]
-    write_json("soak_faults", args, {"runs": runs, "ratio": summary(ratios) if ratios else {}})
+    write_json("soak_faults", args, {"runs": runs, "stopped": stopped,
+                                     "ratio": summary(ratios) if ratios else {}})
 
 
 if __name__ == "__main__":

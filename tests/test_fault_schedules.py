@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 
+import dask
 import numpy as np
 import pytest
 from distributed import Client, LocalCluster
@@ -27,10 +28,16 @@ from sklearn import svm as sk_svm
 from sklearn.datasets import make_blobs, make_classification, make_regression
 from test_estimators import logistic_objective, ridge_objective, svc_objective
 
-from daskabsp import ABSP, ASP, SSP, slow_workers
+from daskabsp import ABSP, ASP, SSP, as_policy, slow_workers
 from daskabsp.cluster import worker_addresses
 from daskabsp.estimators import KMeans, LinearSVC, LogisticRegression, Ridge
-from daskabsp.lab.faults import random_schedule, run_with_faults, wait_for_workers
+from daskabsp.lab.faults import (
+    KEEP_NANNIES,
+    MOMENTS,
+    random_schedule,
+    run_with_faults,
+    wait_for_workers,
+)
 
 POLICIES = {"bsp": "bsp", "absp": "absp", "published": ABSP.published(), "ssp3": SSP(3),
             "asp": ASP()}
@@ -66,9 +73,11 @@ def case(name: str):
 @pytest.fixture(scope="module")
 def faulty():
     """Four worker processes of their own (killed workers are restarted by their nannies;
-    the shared cluster is left alone)."""
-    with LocalCluster(n_workers=4, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    the shared cluster is left alone; :data:`~daskabsp.lab.faults.KEEP_NANNIES` keeps a
+    nanny whose worker is killed twice in a row)."""
+    with dask.config.set(KEEP_NANNIES), LocalCluster(
+            n_workers=4, threads_per_worker=1, processes=True,
+            dashboard_address=":0") as cluster, Client(cluster) as client:
         yield client
 
 
@@ -78,8 +87,11 @@ def run_case(client, model: str, policy: str, seed: int, bound: float = BOUND):
     return)."""
     X, y, make, objective, best = case(model)
     sync = POLICIES[policy]
+    # the moments the policy has: without helpers (BSP, A-BSP as published, SSP, ASP) no
+    # copy is made and no helper wave queued
     faults = random_schedule(np.random.default_rng(seed),
-                             rounds=sync in ("bsp", "absp") or isinstance(sync, ABSP))
+                             rounds=sync in ("bsp", "absp") or isinstance(sync, ABSP),
+                             moments=MOMENTS if as_policy(sync).helped else ("round", "finish"))
     wait_for_workers(client, 4)
     slow = worker_addresses(client)[0]
 

@@ -9,6 +9,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from sklearn.linear_model import LogisticRegression
 from daskabsp import LogisticGD, fit, slow_workers
 from daskabsp.cluster import worker_addresses
 from daskabsp.estimators import LogisticRegression as AbspLogistic
-from daskabsp.lab.faults import wait_for_workers
+from daskabsp.lab.faults import KEEP_NANNIES, wait_for_workers
 
 _chunks_seen = [0]
 
@@ -131,9 +132,11 @@ def _keys_of_fit(fit_id, dask_scheduler=None):
 
 @pytest.fixture(scope="module")
 def killing_cluster():
-    """Four worker processes of their own (their nannies restart the killed ones)."""
-    with LocalCluster(n_workers=4, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
+    """Four worker processes of their own (their nannies restart the killed ones, and stay:
+    :data:`~daskabsp.lab.faults.KEEP_NANNIES`)."""
+    with dask.config.set(KEEP_NANNIES), LocalCluster(
+            n_workers=4, threads_per_worker=1, processes=True,
+            dashboard_address=":0") as cluster, Client(cluster) as client:
         yield client
 
 
