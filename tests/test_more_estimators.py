@@ -18,7 +18,7 @@ from sklearn import linear_model as sk_linear
 from sklearn.datasets import make_classification, make_regression
 from sklearn.metrics import mean_tweedie_deviance
 
-from daskabsp import ABSP, SSP, slow_workers
+from daskabsp import ABSP, ASP, SSP, slow_workers
 from daskabsp.estimators import (
     PCA,
     ElasticNet,
@@ -275,3 +275,41 @@ def test_warm_start_continues_from_the_previous_fit(client, glm_data):
     X2, y2 = make_classification(4_000, 10, n_informative=4, random_state=7)
     cold = clf.fit(X2, y2).n_iter_[0]
     assert clf.fit(X2, y2).n_iter_[0] < cold
+
+
+# -- L1 models above the Hessian limit under SSP and ASP -------------------------------------
+
+def _lasso_objective(est, X, y, alpha):
+    r = y - X @ est.coef_.ravel() - est.intercept_
+    return float(r @ r / (2 * len(y)) + alpha * np.abs(est.coef_).sum())
+
+
+@pytest.mark.parametrize("sync", [SSP(0), ASP()], ids=["ssp0", "asp"])
+@pytest.mark.parametrize("shape", ["wide", "sparse"])
+def test_l1_models_above_the_hessian_limit_run_under_ssp_and_asp(client, shape, sync):
+    """Lasso and L1 logistic regression past the Hessian limit (L-BFGS curvature, no Taylor
+    model of a partition to sum) step once every partition has reported at the current
+    parameters: they reach scikit-learn's optimum and support under SSP and ASP, where they
+    raised 'matvec needs the full Hessian'."""
+    rng = np.random.default_rng(0)
+    if shape == "wide":
+        X = rng.standard_normal((3_000, 1_100))
+    else:
+        X = sp.random(8_000, 3_000, density=0.01, format="csr", random_state=0,
+                      data_rvs=rng.standard_normal)
+    w = np.zeros(X.shape[1])
+    w[:20] = rng.standard_normal(20)
+    y = np.asarray(X @ w).ravel() + 0.1 * rng.standard_normal(X.shape[0])
+    ref = sk_linear.Lasso(alpha=0.01, tol=1e-10, max_iter=50_000).fit(X, y)
+    est = Lasso(alpha=0.01, tol=1e-8, sync=sync, n_partitions=3).fit(X, y)
+    assert set(np.flatnonzero(est.coef_)) == set(np.flatnonzero(ref.coef_))
+    assert_close_objective(_lasso_objective(est, X, y, 0.01), _lasso_objective(ref, X, y, 0.01))
+    # L1 logistic regression: the same model as the rounds' (checked against scikit-learn's
+    # saga in test_l1_logistic_reaches_sklearns_optimum)
+    labels = (y > 0).astype(int)
+    clf = LogisticRegression(l1_ratio=1.0, C=0.5, tol=1e-8, n_partitions=3)
+    rounds = clf.fit(X, labels).coef_.ravel()
+    clocks = clf.set_params(sync=sync).fit(X, labels).coef_.ravel()
+    assert clf.n_iter_[0] < clf.max_iter
+    assert set(np.flatnonzero(clocks)) == set(np.flatnonzero(rounds))
+    assert np.abs(clocks - rounds).max() <= 1e-4 * np.abs(rounds).max()
