@@ -37,6 +37,9 @@ class AbspWorkerPlugin(WorkerPlugin):
     def setup(self, worker) -> None:
         self._worker = worker
         self._held: dict[Any, tuple[dict, set]] = {}  # executing key -> idle report it holds
+        #: Keys a stop named that had not reached this worker yet -> their round: reported
+        #: idle when they arrive (they would otherwise wait, unreported, for a busy thread).
+        self._expected: OrderedDict[Any, str] = OrderedDict()
         self._lock = threading.Lock()
         self._flags: OrderedDict[str, threading.Event] = OrderedDict()
         self._max = int(config.get("max-rounds-per-worker"))
@@ -69,6 +72,11 @@ class AbspWorkerPlugin(WorkerPlugin):
         if not (keys and rounds) or state is None:
             return
         tasks = state.tasks
+        for k in keys:
+            if k not in tasks:
+                self._expected[k] = rounds[0]
+        while len(self._expected) > self._max:
+            self._expected.popitem(last=False)
         idle = [k for k in keys if k in tasks and tasks[k].state in QUEUED]
         if not idle:
             return
@@ -95,6 +103,13 @@ class AbspWorkerPlugin(WorkerPlugin):
                 del self._flags[rid]
 
     def transition(self, key, start, finish, **kwargs: Any) -> None:
+        if self._expected and finish in QUEUED and key in self._expected:
+            # a task of a round stopped before it arrived: it will compute nothing
+            state = self._worker.state
+            running = len(state.executing) + len(state.long_running)
+            self._worker.batched_stream.send({
+                "op": IDLE_OP, "round": self._expected.pop(key), "keys": [key],
+                "occupied": running >= state.nthreads})
         if self._held and start == "executing":
             held = self._held.pop(key, None)
             if held is not None:
