@@ -114,9 +114,13 @@ class CallbackSupportMixin:
             return None
         return SklearnRounds(self, context, *args, attributes=attributes)
 
-    def _callback_max_rounds(self) -> int:
-        """Most engine rounds of a fit (the fit task's subtasks)."""
+    def _max_rounds(self) -> int:
+        """Most engine rounds of a fit."""
         return int(self.max_iter)
+
+    def _callback_max_rounds(self) -> int | None:
+        """Most subtasks of the fit task: its rounds (:meth:`_max_rounds`)."""
+        return self._max_rounds()
 
 
 class SklearnRounds(RoundCallback):

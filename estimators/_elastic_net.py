@@ -188,9 +188,6 @@ class ElasticNet(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator)
     def _max_rounds(self) -> int:
         return 1000 if self.max_iter is None else int(self.max_iter)
 
-    def _callback_max_rounds(self) -> int:
-        return self._max_rounds()
-
     @fit_with_callbacks
     def fit(self, X, y, sample_weight=None, check_input=True):
         """Fit the model on a Dask cluster.

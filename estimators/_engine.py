@@ -82,7 +82,8 @@ class EngineMixin(CallbackSupportMixin):
             rounds = as_policy(self.sync).rounds
         except ValueError:  # an invalid sync is reported by the parameter check
             rounds = True
-        return super()._callback_max_rounds() if rounds else None
+        # (a fault's retried updates count too: Ridge's 100 were exceeded under ASP)
+        return self._max_rounds() if rounds else None
 
     def _n_partitions(self, data: FitInput) -> int | None:
         """The user's ``n_partitions``, at most one per row of in-memory input (None: the

@@ -186,7 +186,7 @@ class LinearRegression(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEsti
         self.chunk_target = chunk_target
         self.verbose = verbose
 
-    def _callback_max_rounds(self) -> int:
+    def _max_rounds(self) -> int:
         return 100
 
     @fit_with_callbacks

@@ -196,7 +196,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EngineMixin, BaseEs
         self.chunk_target = chunk_target
         self.verbose = verbose
 
-    def _callback_max_rounds(self) -> int:
+    def _max_rounds(self) -> int:
         return MAX_ROUNDS
 
     # -- fit ----------------------------------------------------------------------------------

@@ -165,7 +165,7 @@ default="auto"
             raise reject(self, "alpha", "a float in the range [0.0, inf)",
                          self._rejected["alpha"])
 
-    def _callback_max_rounds(self) -> int:
+    def _max_rounds(self) -> int:
         return 100 if self.max_iter is None else int(self.max_iter)
 
     @fit_with_callbacks
@@ -203,7 +203,7 @@ default="auto"
             coef, intercept = split_theta(theta, d, self.fit_intercept)
             return {"coef_": coef[0], "intercept_": float(intercept[0])}
 
-        res = self._run_engine(program, data, y, sw, max_iter=self._callback_max_rounds(),
+        res = self._run_engine(program, data, y, sw, max_iter=self._max_rounds(),
                                attributes=attributes)
         for name, value in attributes(res.coef).items():
             setattr(self, name, value)
