@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -184,13 +183,13 @@ def _copy_tasks(dask_scheduler=None) -> list[tuple[str, str]]:
 def test_a_fits_copies_end_with_it_on_a_shaped_link():
     """Issue 32: on a 100 Mbit/s link every default A-BSP fit returned with its copies still
     crossing the network (``processing`` on the scheduler), and they slowed the next fit
-    5-25x. A straggler fit whose copy is made (priced cheap here, so that it is) leaves no
-    copy task behind, and says in its history that it moved rows, how many bytes and how
-    fast."""
+    5-25x. A straggler fit whose copies are started (priced cheap here, so that they are)
+    and still crossing the link when it ends leaves no copy task behind."""
     import dask
     import dask.array as da
 
     from daskabsp import LogisticGD, fit, slow_workers
+    from daskabsp.engine import placement
 
     with netns_cluster(2, RATE) as nc, Client(nc.scheduler_address) as client:
         X = da.random.RandomState(0).standard_normal((200_000, 40), chunks=(50_000, 40))
@@ -198,6 +197,9 @@ def test_a_fits_copies_end_with_it_on_a_shaped_link():
         X, y = client.persist([X, y])
         wait([X, y])
         slow = {nc.worker_addresses[0]: 8.0}
+        # namespace clusters reuse their addresses: forget link rates measured on an earlier
+        # one (a measured rate outranks daskabsp.copy-rate, and this test prices copies cheap)
+        placement._LINK_RATES.clear()
         # priced cheap, copies start in the first round; this fit ends long before they
         # can cross the link (4 x 16 MB at 12 MB/s)
         with dask.config.set({"daskabsp.copy-rate": "100GiB"}), slow_workers(client, slow):
@@ -206,8 +208,3 @@ def test_a_fits_copies_end_with_it_on_a_shaped_link():
         while client.run_on_scheduler(_copy_tasks) and time.monotonic() < deadline:
             pass  # releases reach the scheduler on the client's batched stream
         assert client.run_on_scheduler(_copy_tasks) == []
-        # a longer fit makes its copies, says so, and times the link with them
-        with dask.config.set({"daskabsp.copy-rate": "100GiB"}), slow_workers(client, slow):
-            res = fit(LogisticGD(C=1.0), X, y, sync="absp", max_iter=60, tol=None)
-        events = " ".join(str(e) for e in res.history["events"].values)
-        assert re.search(r"copied to \S+ for helpers \([0-9.]+ MB in [0-9.]+ s", events), events
