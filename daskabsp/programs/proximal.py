@@ -455,7 +455,7 @@ class ProximalMixin:
         theta_p = np.asarray(params[0])
         stats = self.combine_round([piece], params).total
         if self.curvature(state.theta.shape[1]).kind != "full":
-            return self._swept(state, Piece(piece.partition, piece.rows, stats, theta_p))
+            return _swept(self, state, Piece(piece.partition, piece.rows, stats, theta_p))
         new = Piece(piece.partition, piece.rows, model_form(self, stats, theta_p), theta_p)
         old = previous(state.pieces, piece.partition)
         pieces = put_piece(state.pieces, new)
@@ -509,25 +509,6 @@ class ProximalMixin:
                        converged=converged, pieces=pieces, metric=metric,
                        objective=float(sum(b.f for b in blocks)), probe=None, full=False)
 
-    def _swept(self, state: ProximalState, new: Piece) -> ProximalState:
-        """SSP/ASP above the Hessian limit, as the Newton programs' (L-BFGS curvature has no
-        Taylor model of a partition to sum): the parameters are held until every partition
-        has reported at them, then the rounds' step is taken on those statistics (their
-        probe's Hessian-vector products included)."""
-        pieces = put_piece(state.pieces, new)
-        # pieces taken at other parameters may have statistics of another length (a support
-        # block); they are stale, and the step waits for fresh ones anyway
-        like = [q for q in pieces if np.shape(q.stats) == np.shape(new.stats)]
-        parts = [PartitionStats(q.partition, 0, q.rows, q.rows, q.stats) for q in like]
-        rs = RoundStats.of(parts, total(like))
-        # the partitions' latest losses (each at its own parameters), the penalty at theta
-        held = replace(state, pieces=pieces,
-                       objective=sum(b.f for b in self._blocks(state, rs)) or math.nan)
-        if rows_of(pieces) < state.n_rows or any(
-                not np.array_equal(q.params, state.theta) for q in pieces):
-            return held
-        return self.update(held, rs, state.n_rows)
-
     def partition_objective(self, state: ProximalState, piece: PartitionStats,
                             params) -> float:
         """The summed model's objective at the parameters before the update."""
@@ -535,6 +516,26 @@ class ProximalMixin:
 
 
 # -- SSP and ASP: the summed model of the partitions' latest models -------------------------
+
+
+def _swept(prog, state: ProximalState, new: Piece) -> ProximalState:
+    """SSP/ASP above the Hessian limit, as the Newton programs' (L-BFGS curvature has no
+    Taylor model of a partition to sum): the parameters are held until every partition
+    has reported at them, then the rounds' step is taken on those statistics (their
+    probe's Hessian-vector products included)."""
+    pieces = put_piece(state.pieces, new)
+    # pieces taken at other parameters may have statistics of another length (a support
+    # block); they are stale, and the step waits for fresh ones anyway
+    like = [q for q in pieces if np.shape(q.stats) == np.shape(new.stats)]
+    parts = [PartitionStats(q.partition, 0, q.rows, q.rows, q.stats) for q in like]
+    rs = RoundStats.of(parts, total(like))
+    # the partitions' latest losses (each at its own parameters), the penalty at theta
+    held = replace(state, pieces=pieces,
+                   objective=sum(b.f for b in prog._blocks(state, rs)) or math.nan)
+    if rows_of(pieces) < state.n_rows or any(
+            not np.array_equal(q.params, state.theta) for q in pieces):
+        return held
+    return prog.update(held, rs, state.n_rows)
 
 
 def _summed_blocks(views, W: float, theta: np.ndarray, reg: np.ndarray, lam: np.ndarray,
