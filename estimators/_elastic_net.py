@@ -17,7 +17,7 @@ from daskabsp.programs.gram import dual_gap
 from ._callbacks import fit_with_callbacks
 from ._engine import EngineMixin
 from ._inputs import validate_fit
-from ._least_squares import float_target, moments_fit, narrow, warm_coefficients
+from ._least_squares import PASS_ROUNDS, float_target, moments_fit, narrow, warm_coefficients
 from ._linear import LinearPredictMixin, split_theta
 from ._validation import (
     BOOLEAN,
@@ -60,7 +60,8 @@ class ElasticNet(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator)
         rejected: the rows' products with the target and their means are summed in the same
         pass, so a Gram matrix alone saves nothing.
     max_iter : int, default=1000
-        Maximum number of rounds (None: 1000).
+        Wide data: maximum number of rounds (None: 1000). The one-pass fit takes the rounds
+        its pass needs (a few) whatever ``max_iter``.
     copy_X : bool, default=True
         Ignored: ``X`` is never modified (its rows are copied to the workers).
     tol : float, default=1e-4
@@ -186,6 +187,10 @@ class ElasticNet(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator)
         return float(self.l1_ratio)
 
     def _max_rounds(self) -> int:
+        """The iterative fit's ``max_iter``; at least the one-pass fit's rounds."""
+        return max(PASS_ROUNDS, 1000 if self.max_iter is None else int(self.max_iter))
+
+    def _iterations(self) -> int:
         return 1000 if self.max_iter is None else int(self.max_iter)
 
     @fit_with_callbacks
@@ -221,7 +226,7 @@ class ElasticNet(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator)
         if narrow(d):
             start = None if warm is None else warm[:d]
             res = moments_fit(self, data, y, sw, l1=l1, l2=l2, positive=self.positive,
-                              start=start, max_iter=self._max_rounds())
+                              start=start)
             sol = res.state.solution
             self.coef_, self.intercept_ = sol.coef, float(sol.intercept)
             self.dual_gap_ = dual_gap(sol, l1, l2, self.positive)
@@ -236,7 +241,7 @@ class ElasticNet(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator)
                 coef, intercept = split_theta(theta, d, self.fit_intercept)
                 return {"coef_": coef[0], "intercept_": float(intercept[0])}
 
-            res = self._run_engine(program, data, y, sw, max_iter=self._max_rounds(),
+            res = self._run_engine(program, data, y, sw, max_iter=self._iterations(),
                                    attributes=attributes)
             for name, value in attributes(res.coef).items():
                 setattr(self, name, value)
@@ -315,7 +320,7 @@ class Lasso(ElasticNet):
     copy_X : bool, default=True
         Ignored: ``X`` is never modified.
     max_iter : int, default=1000
-        Maximum number of rounds.
+        Wide data: maximum number of rounds (see :class:`ElasticNet`).
     tol : float, default=1e-4
         Wide data: the optimality tolerance of the iterative fit (see :class:`ElasticNet`).
     warm_start : bool, default=False

@@ -18,7 +18,7 @@ from daskabsp.programs.glm import check_targets, y_range
 from ._callbacks import fit_with_callbacks
 from ._engine import EngineMixin
 from ._inputs import validate_fit
-from ._least_squares import moments_fit, narrow, warm_coefficients
+from ._least_squares import PASS_ROUNDS, moments_fit, narrow, warm_coefficients
 from ._linear import LinearPredictMixin, split_theta
 from ._validation import (
     BOOLEAN,
@@ -50,6 +50,10 @@ class _GLMRegressor(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimat
 
     def _power(self) -> float:
         raise NotImplementedError
+
+    def _max_rounds(self) -> int:
+        """``max_iter``; with the identity link, at least the one-pass fit's rounds."""
+        return int(self.max_iter) if self._log_link() else max(PASS_ROUNDS, int(self.max_iter))
 
     def _log_link(self) -> bool:
         return True
@@ -96,8 +100,7 @@ class _GLMRegressor(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimat
         start = warm_coefficients(self, d)
         if not log:  # Tweedie power 0 with the identity link: ridge regression
             if narrow(d):
-                res = moments_fit(self, data, y, sw, l2=self.alpha, start=None,
-                                  max_iter=self.max_iter)
+                res = moments_fit(self, data, y, sw, l2=self.alpha, start=None)
             else:
                 program = LinearNewton(loss="squared", l2=self.alpha,
                                        fit_intercept=self.fit_intercept, tol=self.tol,
@@ -332,7 +335,8 @@ _POWER_DOC = """    power : float, default=0
 _LINK_DOC = """    link : {"auto", "identity", "log"}, default="auto"
         ``"auto"``: the identity link for ``power <= 0``, the log link above. The identity
         link is supported for ``power=0`` (least squares, fitted from one pass of the data's
-        moments when it has at most 1 024 features); with another power it is rejected: its
+        moments when it has at most 1 024 features, in the rounds its pass needs whatever
+        ``max_iter``); with another power it is rejected: its
         predictions must stay positive, a constrained fit that the engine's Newton steps do
         not do.
 """

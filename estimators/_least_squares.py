@@ -23,6 +23,11 @@ from ._validation import BOOLEAN, ENGINE_CONSTRAINTS, Interval, validate_params
 #: Rows whose mean is the rough centre of dense rows (see daskabsp.programs.gram).
 CENTRE_ROWS = 1000
 
+#: The most rounds a one-pass fit may take. A pass is complete once every partition has been
+#: counted, within a few rounds (resumed cursors, helpers); ``max_iter`` bounds the iterative
+#: fits only: a pass cut short has no solution at all.
+PASS_ROUNDS = 100
+
 
 def narrow(n_features: int) -> bool:
     """Whether the data's moments (a Gram matrix) are small enough for a one-pass fit."""
@@ -56,10 +61,16 @@ def warm_coefficients(est, n_features: int, n_blocks: int = 1) -> np.ndarray | N
 
 
 def moments_fit(est, data: FitInput, y, sw, *, l1: float = 0.0, l2: float = 0.0,
-                positive: bool = False, start=None, max_iter: int = 100,
+                positive: bool = False, start=None,
                 rcond: float | None = None) -> daskabsp.FitResult:
     """Fit least squares with elastic-net penalties from one pass of moments (see
-    :class:`daskabsp.programs.LeastSquaresMoments`); within ``est``'s client context."""
+    :class:`daskabsp.programs.LeastSquaresMoments`); within ``est``'s client context.
+
+    Raises
+    ------
+    RuntimeError
+        When the pass did not count every row within :data:`PASS_ROUNDS` rounds.
+    """
     with est._client().as_current():
         shift = rough_centre(data) if est.fit_intercept else None
     program = LeastSquaresMoments(l1=l1, l2=l2, positive=positive, start=start, shift=shift,
@@ -70,7 +81,12 @@ def moments_fit(est, data: FitInput, y, sw, *, l1: float = 0.0, l2: float = 0.0,
         coef, intercept = split_theta(theta, d, True)
         return {"coef_": coef[0], "intercept_": float(intercept[0])}
 
-    return est._run_engine(program, data, y, sw, max_iter=max_iter, attributes=attributes)
+    res = est._run_engine(program, data, y, sw, max_iter=PASS_ROUNDS, attributes=attributes)
+    if res.state.solution is None:
+        raise RuntimeError(
+            f"{type(est).__name__}'s pass over the rows did not count every row within "
+            f"{PASS_ROUNDS} rounds; its history (est.history_) shows where rows were lost.")
+    return res
 
 
 def float_target(data: FitInput):
@@ -187,7 +203,7 @@ class LinearRegression(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEsti
         self.verbose = verbose
 
     def _max_rounds(self) -> int:
-        return 100
+        return PASS_ROUNDS
 
     @fit_with_callbacks
     def fit(self, X, y, sample_weight=None):

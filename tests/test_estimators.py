@@ -2,7 +2,9 @@
 
 Every comparison runs with one worker emulated 4x slower. Objectives are computed here, in
 scikit-learn's own scaling, from the fitted attributes; the reference is scikit-learn fitted
-to a tight tolerance (its optimum), so "within 1e-4" means within 1e-4 of the optimum.
+to a tight tolerance (its optimum), so "within 1e-4" means within 1e-4 of the optimum. That
+A-BSP cuts the straggler short is asked of every estimator in ``test_harvest``, with a
+straggler that does not depend on timing.
 """
 
 from __future__ import annotations
@@ -124,8 +126,6 @@ def test_logistic_matches_sklearn(request, slowed, sync, name):
         assert est.coef_.shape == (1, X.shape[1]) and est.intercept_.shape == (1,)
     else:
         np.testing.assert_allclose(est.intercept_.sum(), 0.0, atol=1e-8)  # sklearn's convention
-    if name in ("big_binary", "three_classes") and sync == "absp":
-        assert harvested_rounds(est) > 0  # the straggler was cut short
 
 
 def test_logistic_probabilities(cancer):
@@ -159,8 +159,6 @@ def test_linear_svc_squared_hinge_matches_sklearn(big_binary, slowed, sync):
     est = LinearSVC(sync=sync).fit(X, y)
     assert_close_objective(svc_objective(est, X, y), svc_objective(ref, X, y))
     assert abs(est.score(X, y) - ref.score(X, y)) < 0.005
-    if sync == "absp":
-        assert harvested_rounds(est) > 0
 
 
 @pytest.mark.parametrize("sync", SYNCS)
@@ -194,8 +192,6 @@ def test_ridge_matches_sklearn(regression, slowed, sync):
     assert_close_objective(ridge_objective(est, X, y), ridge_objective(ref, X, y))
     assert abs(r2_score(y, est.predict(X)) - ref.score(X, y)) < 0.005
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-6)
-    if sync == "absp":
-        assert harvested_rounds(est) > 0
 
 
 # -- KMeans -------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ sync model, with one worker of the live 4-worker cluster emulated 4x slower.
 Objectives are computed here, in scikit-learn's documented scaling, from the fitted
 attributes; the reference is scikit-learn fitted to a tight tolerance (its optimum). L1 models
 must also have scikit-learn's non-zero coefficients; PCA its explained variances and its
-components up to sign.
+components up to sign. That A-BSP cuts the straggler short is asked of every estimator in
+``test_harvest`` (with a held straggler: a 4x one on these few thousand rows may finish
+before the stop reaches it).
 """
 
 from __future__ import annotations
@@ -36,10 +38,6 @@ REL = 1e-6
 
 def assert_close_objective(ours: float, ref: float, rel: float = REL) -> None:
     assert (ours - ref) / abs(ref) <= rel, f"objective {ours!r} vs optimum {ref!r}"
-
-
-def harvested_rounds(est) -> int:
-    return int(est.history_.harvested.any(dim="partition").sum())
 
 
 @pytest.fixture
@@ -95,8 +93,6 @@ def test_glm_reaches_sklearns_optimum(glm_data, slowed, name, sync):
                            glm_objective(ref, X, y, power, alpha))
     assert abs(est.score(X, y) - ref.score(X, y)) < 1e-5
     assert est.history_.attrs["converged"] == 1
-    if sync.startswith("absp"):  # partial rounds while they pay, the straggler cut short
-        assert harvested_rounds(est) > 0
 
 
 # -- least squares, lasso, elastic net ------------------------------------------------------

@@ -27,6 +27,11 @@ SLOW_EXTENSION = "daskabsp-slow"
 
 _NEVER = threading.Event()  # used when no worker plugin is present: never set
 
+#: The longest a held worker's scan (slowdown factor ``inf``) waits for its round's stop: a
+#: scan under a policy that never stops one (BSP, SSP) goes on after it, so that nothing waits
+#: forever on an emulated straggler.
+HOLD_LIMIT = 30.0
+
 
 @dataclass(slots=True)
 class PartialResult:
@@ -166,7 +171,7 @@ def run_partition(
     t_start = time.time()
     flag, slowdown, address = _worker_context(round_id)
     is_set = flag.is_set
-    scan = _Scan(program, params, X, y, sample_weight, cursor, slowdown)
+    scan = _Scan(program, params, X, y, sample_weight, cursor, slowdown, flag)
     c0 = time.perf_counter()
     if chunk_rows is None and quota > 0 and not is_set():
         target = chunk_target if chunk_target is not None else config.seconds("chunk-target")
@@ -199,16 +204,18 @@ def run_partition(
 class _Scan:
     """One partition's cyclic scan: where it is, and the statistics of the rows it saw."""
 
-    __slots__ = ("X", "acc", "accumulate", "done", "extra", "head", "n", "params", "pos",
-                 "split", "sw", "y")
+    __slots__ = ("X", "acc", "accumulate", "done", "extra", "head", "hold", "n", "params",
+                 "pos", "split", "sw", "y")
 
     def __init__(self, program, params, X, y, sample_weight, cursor: int,
-                 slowdown: float) -> None:
+                 slowdown: float, flag: threading.Event = _NEVER) -> None:
         self.X, self.y, self.sw, self.n = X, y, sample_weight, X.shape[0]
         self.acc = program.new_stats(params)
         self.params = program.prepare(params)
         self.accumulate = program.accumulate
         self.extra = slowdown - 1.0
+        # a held worker (infinitely slow) waits, after its first chunk, for the round's stop
+        self.hold = flag.wait if slowdown == float("inf") else None
         self.split = bool(getattr(program, "split_at_wrap", False))
         self.pos, self.done, self.head = cursor, 0, None
 
@@ -222,7 +229,11 @@ class _Scan:
         self.accumulate(self.acc, self.params, _rows(self.X, pos, stop),
                         _rows(self.y, pos, stop), _rows(self.sw, pos, stop))
         if self.extra > 0:
-            time.sleep(self.extra * (time.perf_counter() - t0))
+            if self.hold is None:
+                time.sleep(self.extra * (time.perf_counter() - t0))
+            else:
+                self.hold(HOLD_LIMIT)
+                self.extra, self.hold = 0.0, None
         self.done += stop - pos
         if stop < self.n:
             self.pos = stop

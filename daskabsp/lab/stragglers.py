@@ -3,7 +3,10 @@
 * **Emulation** (:class:`SlowWorkers`, :func:`slow_workers`): after each chunk of a partition
   scan that took ``t`` seconds, a slowed worker sleeps ``(factor - 1) * t``. The worker's other
   work (data transfer, the event loop) is not slowed, and sleeping frees the core for the other
-  workers, as a slower machine of its own would.
+  workers, as a slower machine of its own would. A factor of ``inf`` *holds* a worker: each
+  of its scans waits, after its first chunk, until its round is stopped (the event a test
+  needs to cut a straggler short whatever the timing; at most 30 s a scan, so a policy that
+  never stops a round, BSP or SSP, is slowed, not hung).
 * **CPU contention** (:func:`pinned_workers`, :func:`cpu_neighbour`): the worker processes are
   pinned one per core, and a CPU-bound neighbour process (another tenant) is pinned to one
   worker's core. Nothing in the engine knows: the operating system's scheduler shares the core,
@@ -38,7 +41,9 @@ class SlowWorkers(WorkerPlugin):
     ----------
     factors : mapping of str to float
         Worker address (or worker name) to slowdown factor (>= 1): a worker with factor 4
-        scans its partitions as if its CPU were 4 times slower.
+        scans its partitions as if its CPU were 4 times slower. A factor of ``inf`` holds the
+        worker: each scan waits after its first chunk until its round is stopped (at most
+        30 s, then it scans on at full speed), so that an A-BSP round always cuts it short.
 
     Examples
     --------
@@ -59,7 +64,7 @@ class SlowWorkers(WorkerPlugin):
             if isinstance(f, bool) or not isinstance(f, (int, float)) or not f >= 1:
                 raise ValueError(
                     f"The slowdown factor of worker {addr!r} must be a float in the range "
-                    f"[1, inf). Got {f!r} instead."
+                    f"[1, inf]. Got {f!r} instead."
                 )
         self.factors = {str(k): float(v) for k, v in factors.items()}
         self.name = f"daskabsp-slow-workers-{tokenize(sorted(self.factors.items()))}"
