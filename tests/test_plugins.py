@@ -10,6 +10,8 @@ import numpy as np
 from distributed import Event
 
 from daskabsp import LogisticGD
+from daskabsp.engine.partitions import copy_on
+from daskabsp.extension import COPY_PREFIX
 from daskabsp.extension._client import ensure_plugins
 from daskabsp.extension._core import run_partition
 from daskabsp.extension._protocol import SignalPath
@@ -222,3 +224,41 @@ def test_a_stop_reports_only_the_tasks_still_queued(client, workers, no_stealing
 def _worker_state(key, dask_worker=None) -> str | None:
     ts = dask_worker.state.tasks.get(key)
     return None if ts is None else ts.state
+
+
+def _stealable(keys, dask_scheduler=None) -> list[bool]:
+    stealing = dask_scheduler.extensions["stealing"]
+    return [dask_scheduler.tasks[k] in stealing.key_stealable for k in keys]
+
+
+def test_copies_are_kept_out_of_work_stealing(client, workers):
+    """A copy stolen onto the worker that holds its rows copies nothing (the engine drops it):
+    the scheduler plugin keeps copy tasks out of stealing's candidates, and only them. Both
+    tasks below wait, loosely bound to a busy worker, with a dependency held elsewhere: the
+    other one is a candidate (the control), the copy is not."""
+    assert client.sync(ensure_plugins, client) is SignalPath.SCHEDULER
+    fit_id = uuid.uuid4().hex[:8]
+    started, release = f"started-{fit_id}", f"release-{fit_id}"
+    rows = client.scatter(np.ones(1000), workers=[workers[0]])
+    blocker = client.submit(_hold, started, release, workers=[workers[1]], pure=False)
+    try:
+        assert Event(started).wait(timeout=60)
+        [copy] = copy_on(client, [rows], workers[1], f"{COPY_PREFIX}-{fit_id}")
+        other = client.submit(_same_rows, rows, workers=[workers[1]], allow_other_workers=True,
+                              key=f"daskabsp-test-{fit_id}-other", pure=False)
+        _poll(lambda: client.run_on_scheduler(_processing, [copy.key, other.key]),
+              "the tasks never queued")
+        assert client.run_on_scheduler(_stealable, [copy.key, other.key]) == [False, True]
+    finally:
+        Event(release, client=client).set()
+    assert blocker.result() is True
+    np.testing.assert_array_equal(copy.result(), np.ones(1000))
+
+
+def _same_rows(a):
+    return a
+
+
+def _processing(keys, dask_scheduler=None) -> bool:
+    tasks = dask_scheduler.tasks
+    return all(k in tasks and tasks[k].state == "processing" for k in keys)

@@ -25,7 +25,7 @@ import scipy.sparse as sp
 from dask.core import flatten
 from distributed import Future, futures_of
 
-from ..extension import wait_all
+from ..extension import COPY_PREFIX, wait_all
 
 #: Seconds between checks that a worker receiving data still answers.
 _WATCH_EVERY = 0.5
@@ -292,13 +292,15 @@ async def scatter_partition(client, parts: Partitions, p: int, arrays,
     return await _scatter_rows(client, arrays, a, a + parts.sizes[p], worker)
 
 
-def copy_on(client, futs, worker: str, prefix: str = "daskabsp-copy") -> list[Future | None]:
+def copy_on(client, futs, worker: str, prefix: str = COPY_PREFIX) -> list[Future | None]:
     """Start a copy of each of ``futs`` (None stays None) on ``worker``: a task there that
     returns its argument, which Dask fetches from where it lives. Copies are keys of their
     own, so Dask's active memory manager, which drops extra replicas of a key, leaves them
-    alone; their keys start with ``prefix``. The task only prefers ``worker``: a task
-    strictly bound to a worker that dies waits for it forever (``no-worker``), and anything
-    waiting on the copy with it; the caller checks where each copy landed."""
+    alone; their keys start with ``prefix``, which the scheduler plugin keeps out of Dask's
+    work stealing (:data:`~daskabsp.extension.COPY_PREFIX`). The task only prefers
+    ``worker``: a task strictly bound to a worker that dies waits for it forever
+    (``no-worker``), and anything waiting on the copy with it; the caller checks where each
+    copy landed."""
     return [None if f is None else client.submit(_same, f, workers=[worker],
                                                  allow_other_workers=True, pure=False,
                                                  key=f"{prefix}-{uuid.uuid4().hex[:12]}")

@@ -18,7 +18,7 @@ from dask.sizeof import sizeof
 from distributed import Future, futures_of
 
 from .. import config
-from ..extension import wait_all
+from ..extension import COPY_PREFIX, wait_all
 from .link import Link
 from .partitions import (
     Partitions,
@@ -243,7 +243,7 @@ class Placement:
         t0 = time.perf_counter()
         if any(is_dask(a) for a in data):
             futs = self._copy_futures[p] = copy_on(client, self.data(p), worker,
-                                                   f"daskabsp-copy-{self.link.fit_id}")
+                                                   f"{COPY_PREFIX}-{self.link.fit_id}")
             made = [f for f in futs if f is not None]
             try:
                 await wait_all(client, made)

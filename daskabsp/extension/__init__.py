@@ -33,6 +33,7 @@ from ._core import (
 from ._fits import PAGE, FitBook, FitRecord, page_status
 from ._protocol import (
     ANNOTATION,
+    COPY_PREFIX,
     FORGET_HANDLER,
     PAGE_STATUS_HANDLER,
     PLUGIN_NAME,
@@ -53,6 +54,7 @@ from ._worker_plugin import AbspWorkerPlugin, stop_on_worker
 
 __all__ = [
     "ANNOTATION",
+    "COPY_PREFIX",
     "EXTENSION",
     "FORGET_HANDLER",
     "PAGE",

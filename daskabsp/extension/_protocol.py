@@ -16,6 +16,11 @@ PLUGIN_NAME = "daskabsp"
 #: The annotation naming a task's round:
 #: ``{"fit", "round", "attempt", "phase", "quorum", "unit"}``.
 ANNOTATION = "daskabsp"
+#: The key prefix (``dask.utils.key_split``) of the tasks that copy a partition to a worker
+#: for helpers. The scheduler plugin keeps Dask's work stealing off them: a copy stolen onto
+#: the worker that holds the rows copies nothing (seen on a shaped link, where the target
+#: worker looked busy next to a free transfer).
+COPY_PREFIX = "daskabsp-copy"
 #: Scheduler -> worker (batched stream): stop these rounds; which of these keys are idle?
 STOP_OP = "daskabsp-stop"
 #: Worker -> scheduler (batched stream): these keys of a stopped round were not executing.

@@ -29,6 +29,7 @@ from . import _liveness as liveness
 from ._fits import FitBook, page_status
 from ._protocol import (
     ANNOTATION,
+    COPY_PREFIX,
     FORGET_HANDLER,
     FORGET_OP,
     IDLE_OP,
@@ -49,6 +50,21 @@ from ._registry import Round, RoundRegistry
 from ._worker_plugin import AbspWorkerPlugin
 
 logger = logging.getLogger(__name__)
+
+
+def keep_copies_in_place() -> bool:
+    """Keep Dask's work stealing off the tasks that copy partitions (:data:`COPY_PREFIX`); say
+    whether it could. Stealing leaves alone the key prefixes in its ``fast_tasks`` (those
+    with a default duration of at most 1 ms), so the copies' prefix joins them."""
+    try:
+        from distributed import stealing
+
+        stealing.fast_tasks.add(COPY_PREFIX)
+    except (ImportError, AttributeError):  # another distributed: copies may be stolen
+        logger.info("daskabsp: this distributed's work stealing has no fast_tasks; a copy "
+                    "stolen onto its rows' own worker is dropped")
+        return False
+    return True
 
 
 class AbspSchedulerPlugin(SchedulerPlugin):
@@ -92,6 +108,7 @@ class AbspSchedulerPlugin(SchedulerPlugin):
             STOP_ROUNDS_HANDLER: self.stop_rounds,
             PAGE_STATUS_HANDLER: self.page_status})
         scheduler.stream_handlers[IDLE_OP] = self._idle
+        keep_copies_in_place()
 
     def _spawn(self, coro) -> None:
         task = asyncio.ensure_future(coro)

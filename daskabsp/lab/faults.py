@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from ..extension import ANNOTATION
+from ..extension import ANNOTATION, COPY_PREFIX
 
 #: The events a fault can wait for (see :class:`Fault`).
 MOMENTS = ("round", "copy", "helpers", "finish")
@@ -156,7 +156,7 @@ class FaultInjector(SchedulerPlugin):
                 self._phase.pop(key, None)
             return
         k = str(key)
-        if (k.startswith("daskabsp-copy") and finish == "processing") or (
+        if (k.startswith(COPY_PREFIX) and finish == "processing") or (
                 c.rounds and finish == "memory" and _SCATTERED.match(k)):
             c.copies += 1
             self._event("copy", c.copies - 1, key)
@@ -178,7 +178,7 @@ class FaultInjector(SchedulerPlugin):
             if ts is not None:
                 bound = [ts.processing_on.address] if ts.processing_on is not None else []
                 bound += sorted(ws.address for d in ts.dependencies
-                                if str(d.key).startswith("daskabsp-copy")
+                                if str(d.key).startswith(COPY_PREFIX)
                                 for ws in d.who_has or ())
                 bound += sorted(ts.worker_restrictions or ())
                 bound += sorted(ws.address for ws in ts.who_has or ())
