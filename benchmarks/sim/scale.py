@@ -11,10 +11,13 @@ throughout); transient slowdowns (each worker 4x slower in a round with probabil
 heavy tail (each worker's slowdown
 each round Pareto with shape 3: the slowest of n about n^(1/3) times slower). Modes: plain Dask
 (submit and gather, no engine), engine BSP, A-BSP (default: quorum of one worker, grace 0.1,
-balanced rounds, helpers from copies), the same with its copies spread over the workers
-("absp-spread", a what-if: the engine sends each new copy to the fastest worker, which in a
-round of many stragglers is one worker for all of them), A-BSP as published, SSP with
-staleness 3, ASP. Each
+balanced rounds, helpers from copies, each copy sent where the engine's ``copy_targets``
+sends it: the worker with the most scan rate to spare once its copies share it), the same
+with the earlier spreading rule ("absp-spread", a what-if: the fastest of the workers holding
+the fewest copies), A-BSP as published, SSP with staleness 3, ASP. Copies cross links at
+``--copy-bandwidth`` MB/s (default: ``costs.json``'s, this machine's loopback; the namespace
+cluster measured 11.8-12.0 MB/s through Dask at 100 Mbit/s and 119.8 MB/s raw at 1 Gbit/s,
+``bench_netns_links.py``). Each
 runs until ``--epochs`` times the data's rows have been counted after the first round (SSP/ASP:
 after the first update), ``--seeds`` seeds.
 
@@ -27,6 +30,7 @@ workers. A figure of the gain and of the loop's share against workers goes to
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -55,6 +59,8 @@ def add_options(p) -> None:
                    help="seconds a partition's scan takes at speed 1")
     p.add_argument("--epochs", type=float, default=5.0)
     p.add_argument("--seeds", type=int, default=None)
+    p.add_argument("--copy-bandwidth", type=float, default=None,
+                   help="MB/s a copy crosses a link at (default: costs.json's)")
 
 
 def one(mode, cluster: Cluster, costs, stragglers, epochs: float, seed: int) -> dict:
@@ -136,10 +142,13 @@ def main() -> None:
     args = parse_args(__doc__.split("\n\n")[0], add_options)
     load0 = os.getloadavg()[0]
     costs = load_costs()
+    if args.copy_bandwidth is not None:
+        costs = dataclasses.replace(costs, copy_bandwidth=args.copy_bandwidth * 1e6)
     ns = [int(w) for w in args.workers.split(",")]
     out = run(args, costs)
     print(f"Simulated: one partition per worker, a scan of {args.task_seconds:g} s at speed 1, "
-          f"{args.epochs:g} epochs after the first round; costs from benchmarks/sim/costs.json")
+          f"{args.epochs:g} epochs after the first round; costs from benchmarks/sim/costs.json, "
+          f"copies at {costs.copy_bandwidth / 1e6:.1f} MB/s")
     print(table(["workers, stragglers, mode", "s/epoch", "gain vs BSP", "round s",
                  "loop ms/round", "loop share"], report(out, ns)))
     print("gain: engine BSP's time per epoch / the mode's. round: median round time (SSP/ASP: "
