@@ -371,12 +371,7 @@ class ProximalMixin:
         theta = state.theta
         B, m = theta.shape
         lbfgs = self.curvature(m).kind == "lbfgs"
-        memory = list(state.memory)
-        if lbfgs and state.probe is not None:
-            reg = self.reg(m)
-            for b, blk in enumerate(blocks):
-                s = state.probe[b]
-                memory[b] = add_pair(memory[b], s, blk.curv[1] + reg * s)
+        memory = self._remember(state, blocks, m) if lbfgs else list(state.memory)
         pending = state.pending or (None,) * B
         radius = list(state.radius or [self.initial_radius(b.f) for b in blocks])
         new = theta.copy()
@@ -425,6 +420,16 @@ class ProximalMixin:
             pending=tuple(new_pending), full=full, converged=all(done),
             probe=(new - theta) if lbfgs else None, memory=tuple(memory),
             violation=violation, last_exact=last, support=support, nonzero=nonzero)
+
+    def _remember(self, state: ProximalState, blocks, m: int) -> list:
+        """Each block's L-BFGS memory with the pair of the last step (its probe), if any."""
+        memory = list(state.memory)
+        if state.probe is not None:
+            reg = self.reg(m)
+            for b, blk in enumerate(blocks):
+                s = state.probe[b]
+                memory[b] = add_pair(memory[b], s, blk.curv[1] + reg * s)
+        return memory
 
     # -- the support block of large models ---------------------------------------------------
 
