@@ -53,18 +53,21 @@ def own(rows: int, worker: str = "tcp://a", chunk_rows: int = 0) -> PartialResul
 
 @given(st.sampled_from(POLICIES), st.lists(st.integers(1, 100), min_size=1, max_size=8),
        st.booleans(), st.booleans(), st.one_of(st.none(), st.floats(1.0, 5.0)),
-       st.booleans())
-def test_plan_follows_the_policy(policy, sizes, full, helpers, expected, wanted):
+       st.booleans(), st.data())
+def test_plan_follows_the_policy(policy, sizes, full, helpers, expected, wanted, data):
     """The plan is the policy's: BSP never stops; a full round is helped or runs as BSP;
     otherwise the round stops at the quorum and has a helper phase only if the program
-    wants one (else it is one wave, as published, and copies are still made)."""
+    wants one (else it is one wave, as published, and copies are still made). In a full
+    helped round a partition without a copy is not cut short once started."""
     quotas = [max(1, n // 2) for n in sizes]
     try:
         policy.check(len(sizes))
     except ValueError:
         assume(False)
+    copied = data.draw(st.one_of(st.none(), st.lists(st.booleans(), min_size=len(sizes),
+                                                     max_size=len(sizes))))
     plan = plan_round(policy, quotas, sizes, full=full, helpers=helpers,
-                      expected_spread=expected, help_wanted=wanted)
+                      expected_spread=expected, help_wanted=wanted, copied=copied)
     if isinstance(policy, BSP):  # never stopped, every quota asked, never helped
         assert plan.quorum == 0 and plan.quotas == tuple(quotas) and not plan.helped
         assert not plan.full
@@ -81,6 +84,9 @@ def test_plan_follows_the_policy(policy, sizes, full, helpers, expected, wanted)
         assert plan.quotas == tuple(quotas) and plan.full == full
         assert plan.unit == policy.quorum_unit
         assert all(0 <= g < q for g, q in zip(plan.grace, quotas, strict=True))
+        for p, q in enumerate(quotas):
+            kept = full and plan.helped and copied is not None and not copied[p]
+            assert plan.grace[p] == (q - 1 if kept else int(policy.grace * q))
 
 
 def test_spread_is_the_busiest_worker_over_the_least_busy():

@@ -109,7 +109,9 @@ class RoundLoop(FitLoop):
             plan = plan_round(policy, book.quotas, book.sizes, helpers=self.helpers is not None,
                               full=program.full_round(state), expected_spread=spread(
                                   book.quotas, book.rate, self.placement.owner),
-                              help_wanted=program.help_round(state))
+                              help_wanted=program.help_round(state),
+                              copied=[bool(self.placement.copy_holders(p))
+                                      for p in range(len(book.sizes))])
             ran = await self.run_round(r, plan, params)
             outcomes = ran.helped.outcomes
             settled = settle(policy, book.cursor, book.sizes, outcomes, ran.helped.helper_rows,

@@ -66,7 +66,8 @@ def spread(quotas: Sequence[int], rates: Sequence[float | None],
 
 def plan_round(policy: Policy, quotas: Sequence[int], sizes: Sequence[int], *, full: bool,
                helpers: bool, expected_spread: float | None = None,
-               help_wanted: bool = True) -> RoundPlan:
+               help_wanted: bool = True,
+               copied: Sequence[bool] | None = None) -> RoundPlan:
     """The plan of a round under ``policy``.
 
     ``quotas`` are the fit's per-partition quotas, ``sizes`` the partitions' rows; ``full``
@@ -79,7 +80,11 @@ def plan_round(policy: Policy, quotas: Sequence[int], sizes: Sequence[int], *, f
     partition scans all its rows, nobody stopped. A round the program does not want helped
     is A-BSP as published: one wave, the partial rows counted. A round whose workers are
     expected to finish within the policy's grace of each other is not stopped either: there
-    is no straggler to leave behind, and a stop would only cut rows short.
+    is no straggler to leave behind, and a stop would only cut rows short. In a full round,
+    a partition without a copy elsewhere (``copied[p]`` False) is not cut short once it has
+    started: its helpers could only be its own worker, scanning the same rows after a stop
+    and a second task (its grace is then its quota less one row, so a task still queued at
+    the stop still returns at once).
     """
     quorum = policy.round_quorum(len(sizes)) if policy.stops else 0
     full = full and quorum > 0  # with quorum 0 every round covers every quota anyway
@@ -91,6 +96,9 @@ def plan_round(policy: Policy, quotas: Sequence[int], sizes: Sequence[int], *, f
     if not quorum or balanced:
         return RoundPlan(0, tuple(quotas), False, False)
     grace = tuple(int(policy.grace * q) for q in quotas)
+    if full and helped and copied is not None:
+        grace = tuple(g if c else max(q - 1, 0)
+                      for g, q, c in zip(grace, quotas, copied, strict=True))
     return RoundPlan(quorum, tuple(quotas), full, helped and (full or help_wanted),
                      policy.quorum_unit, grace, copies=helped)
 
