@@ -634,7 +634,8 @@ def block_headline() -> str:
         + ("; above the bound: " + ", ".join(
             f"{m}, whose BSP fits took {fmt(r)}x those with one worker slow throughout"
             for m, r in above.items()) + " (the slow worker changes during rounds: a BSP "
-           "round can wait for two slow scans);" if above else ";"),
+           "round can wait for two slow scans);" if above else ";")
+        if transient else "* a random worker 4x slower at a time: not in this run;",
         f"* a worker frozen for 30 s: {returned} of {total} A-BSP fits returned while it was "
         "frozen" + ("" if bsp_frozen is None else
                     f", {bsp_frozen[0]} of {bsp_frozen[1]} BSP fits did") + ";",
