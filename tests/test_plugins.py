@@ -244,8 +244,10 @@ def test_copies_are_kept_out_of_work_stealing(client, workers):
     try:
         assert Event(started).wait(timeout=60)
         [copy] = copy_on(client, [rows], workers[1], f"{COPY_PREFIX}-{fit_id}")
+        # a prefix of its own: stealing weighs a task by its prefix's measured duration, and
+        # this file's other tasks teach the scheduler that theirs take milliseconds
         other = client.submit(_same_rows, rows, workers=[workers[1]], allow_other_workers=True,
-                              key=f"daskabsp-test-{fit_id}-other", pure=False)
+                              key=f"stealable-control-{fit_id}", pure=False)
         _poll(lambda: client.run_on_scheduler(_processing, [copy.key, other.key]),
               "the tasks never queued")
         assert client.run_on_scheduler(_stealable, [copy.key, other.key]) == [False, True]
