@@ -25,6 +25,7 @@ room                    what it owns
 :mod:`.rates`           measured worker speeds and row costs; when a copy pays (pure)
 :mod:`.observe`         one record per round, fanned out to history, dashboard, callbacks
 :mod:`.journal`         what the engine did on its own, noted until the round's record takes it
+:mod:`.queries`         what a fit asks of the scheduler: threads, silent workers, round log
 :mod:`.caller`          a fit's coroutine run for a synchronous caller (callbacks, Ctrl-C)
 ======================  ========================================================================
 

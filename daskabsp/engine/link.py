@@ -29,8 +29,6 @@ from distributed import Future, as_completed
 
 from .. import config
 from ..extension import (
-    FORGET_HANDLER,
-    ROUND_INFO_HANDLER,
     SETTLED_HANDLER,
     STOP_ROUNDS_HANDLER,
     PartialResult,
@@ -42,12 +40,11 @@ from ..extension import (
     gather_answering,
     run_partition,
     run_pieces,
-    silent_of,
     stop_on_worker,
-    stuck_of,
     wait_all,
 )
 from .journal import Journal
+from .queries import SchedulerQueries
 
 logger = logging.getLogger(__name__)
 
@@ -209,7 +206,7 @@ _PATHS: dict[SignalPath, type[Path]] = {
 }
 
 
-class Link:
+class Link(SchedulerQueries):
     """One fit's dealings with the cluster.
 
     Parameters
@@ -519,47 +516,3 @@ class Link:
                 stop_in_background(self.client, rounds)
         except Exception as e:  # e.g. the client is closing: its tasks are released anyway
             logger.debug("daskabsp: could not stop rounds %s: %r", rids, e)
-
-    # -- asking the scheduler ------------------------------------------------------------------
-
-    async def threads(self) -> dict[str, int]:
-        """Threads per worker of the cluster now."""
-        return await self.client.scheduler.ncores()
-
-    async def silent(self, workers) -> set[str]:
-        """Those of ``workers`` not heard from for ``daskabsp.unresponsive-after``."""
-        return await silent_of(self.client, workers)
-
-    async def stuck(self, keys) -> dict:
-        """``{key: silent worker}`` for those of ``keys`` waiting on (or held only by)
-        workers not heard from for ``daskabsp.unresponsive-after``."""
-        return await stuck_of(self.client, keys)
-
-    async def who_has(self, futures: list[Future]) -> dict[str, list[str]]:
-        """``{key: workers holding it}`` of ``futures``."""
-        return await self.client.scheduler.who_has(keys=[f.key for f in futures])
-
-    async def round_times(self, rids: list[RoundId], epoch0: float):
-        """Per round, from the scheduler's log: quorum to last result (the harvest latency),
-        and when the quorum was reached (the stop sent) in seconds after ``epoch0``; None
-        without the scheduler plugin."""
-        if not self.path.scheduler_plugin:
-            return None, None
-        nan = [math.nan] * len(rids)
-        try:
-            info = await getattr(self.client.scheduler, ROUND_INFO_HANDLER)(fit=self.fit_id)
-        except Exception:
-            return nan, nan
-        latency, stop_time = [], []
-        for rid in rids:
-            i = info.get(str(rid)) or {}
-            tq, tl = i.get("quorum_time"), i.get("last_time")
-            latency.append(tl - tq if tq is not None and tl is not None else math.nan)
-            stop_time.append(tq - epoch0 if tq is not None else math.nan)
-        return latency, stop_time
-
-    async def forget(self) -> None:
-        """Tell the scheduler plugin the fit has ended (it drops the fit's round log and the
-        workers' stop flags)."""
-        if self.path.scheduler_plugin:
-            await getattr(self.client.scheduler, FORGET_HANDLER)(fit=self.fit_id)

@@ -222,7 +222,83 @@ class _Block:
     support_hess: np.ndarray | None = None
 
 
-class ProximalMixin:
+class ProximalClocks:
+    """SSP and ASP on a proximal program: each partition's update applied as it arrives
+    (the base of :class:`ProximalMixin`, which supplies the rest of the program)."""
+
+    @one_blas_thread
+    def partition_update(self, state: ProximalState, piece: PartitionStats, params,
+                         staleness: int) -> ProximalState:
+        """SSP/ASP: the proximal step of the sum of every partition's latest Taylor model
+        (see the module docstring), inside a trust region whose radius follows how well a
+        partition's old model predicted its new statistics."""
+        theta_p = np.asarray(params[0])
+        stats = self.combine_round([piece], params).total
+        if self.curvature(state.theta.shape[1]).kind != "full":
+            return _swept(self, state, Piece(piece.partition, piece.rows, stats, theta_p))
+        new = Piece(piece.partition, piece.rows, model_form(self, stats, theta_p), theta_p)
+        old = previous(state.pieces, piece.partition)
+        pieces = put_piece(state.pieces, new)
+        agg = total(pieces)
+        theta = state.theta
+        B, m = theta.shape
+        full = self.curvature(m).kind == "full"
+        reg, lam = self.reg(m), self.l1_weights(m)
+        blocks = _summed_blocks(self.block_views(agg, theta), float(agg[1]), theta, reg, lam,
+                                full)
+        metric = state.metric or tuple(
+            (b.curv + np.diag(reg)) if full else (b.curv + reg) for b in blocks)
+        radius = list(state.radius or [self.initial_radius(b.f) for b in blocks])
+        if old is not None:
+            _judge(radius, old, new, metric, self.block_views(old.stats, theta),
+                   self.block_views(new.stats, theta), full)
+        current = rows_of(pieces) >= state.n_rows
+        steps, full_steps, done = [], [], []
+        for b, blk in enumerate(blocks):
+            if full:
+                A = self._flat_fixed(blk.curv + np.diag(reg))
+                x = l1_quadratic(A, A @ theta[b] - blk.grad, lam, theta[b],
+                                 positive=self.positive, recentre=self.recentre,
+                                 tol=SUBPROBLEM_TOL * self.tol)
+                model = StepModel(theta[b], blk.grad, lam, x - theta[b], hess=A)
+            else:
+                a = blk.curv + reg
+                x = soft_threshold(theta[b] - blk.grad / a, lam / a, self.positive)
+                model = StepModel(theta[b], blk.grad, lam, x - theta[b], d0=a)
+            s = model.direction
+            Ms = metric[b] @ s if full else metric[b] * s
+            length = math.sqrt(max(float(s @ Ms), 0.0))
+            t = 1.0 if length <= radius[b] else radius[b] / length
+            steps.append(t * s)
+            full_steps.append(s)
+            kkt = float(kkt_violation(theta[b], blk.grad, lam, self.positive).max())
+            done.append(kkt <= self.tol
+                        and model.predicted(s) <= DECREMENT * self.tol)
+        if not state.metric and not current:
+            metric = ()  # fixed once every partition has reported
+        # Every partition's model taken near enough that its Taylor error is below what the
+        # decrement test asks (a looser bound, 10 tol, left relative gaps up to 1e-6).
+        close = self.quadratic or all(
+            _near(q.params[b] - theta[b], blocks[b].curv, reg, full, DECREMENT * self.tol)
+            for q in pieces for b in range(B))
+        converged = current and all(done) and close
+        if converged:  # the whole steps of the summed model (see ``update``)
+            steps = full_steps
+        new_theta = self.project(theta + np.stack(steps))
+        return replace(state, theta=new_theta, round=state.round + 1, radius=tuple(radius),
+                       converged=converged, pieces=pieces, metric=metric,
+                       objective=float(sum(b.f for b in blocks)), probe=None, full=False)
+
+    def partition_objective(self, state: ProximalState, piece: PartitionStats,
+                            params) -> float:
+        """The summed model's objective at the parameters before the update."""
+        return state.objective
+
+
+# -- SSP and ASP: the summed model of the partitions' latest models -------------------------
+
+
+class ProximalMixin(ProximalClocks):
     """The proximal update rule, on a Newton program's statistics (see the module
     docstring). Mixed in before :class:`~daskabsp.programs.LinearNewton` or
     :class:`~daskabsp.programs.MultinomialNewton`, whose statistics it keeps; the host
@@ -448,80 +524,6 @@ class ProximalMixin:
         """The parameters whose Hessian block the next round computes, and the support of
         the new parameters (programs without support statistics: none)."""
         return None, None
-
-    # -- SSP and ASP ------------------------------------------------------------------------
-
-    @one_blas_thread
-    def partition_update(self, state: ProximalState, piece: PartitionStats, params,
-                         staleness: int) -> ProximalState:
-        """SSP/ASP: the proximal step of the sum of every partition's latest Taylor model
-        (see the module docstring), inside a trust region whose radius follows how well a
-        partition's old model predicted its new statistics."""
-        theta_p = np.asarray(params[0])
-        stats = self.combine_round([piece], params).total
-        if self.curvature(state.theta.shape[1]).kind != "full":
-            return _swept(self, state, Piece(piece.partition, piece.rows, stats, theta_p))
-        new = Piece(piece.partition, piece.rows, model_form(self, stats, theta_p), theta_p)
-        old = previous(state.pieces, piece.partition)
-        pieces = put_piece(state.pieces, new)
-        agg = total(pieces)
-        theta = state.theta
-        B, m = theta.shape
-        full = self.curvature(m).kind == "full"
-        reg, lam = self.reg(m), self.l1_weights(m)
-        blocks = _summed_blocks(self.block_views(agg, theta), float(agg[1]), theta, reg, lam,
-                                full)
-        metric = state.metric or tuple(
-            (b.curv + np.diag(reg)) if full else (b.curv + reg) for b in blocks)
-        radius = list(state.radius or [self.initial_radius(b.f) for b in blocks])
-        if old is not None:
-            _judge(radius, old, new, metric, self.block_views(old.stats, theta),
-                   self.block_views(new.stats, theta), full)
-        current = rows_of(pieces) >= state.n_rows
-        steps, full_steps, done = [], [], []
-        for b, blk in enumerate(blocks):
-            if full:
-                A = self._flat_fixed(blk.curv + np.diag(reg))
-                x = l1_quadratic(A, A @ theta[b] - blk.grad, lam, theta[b],
-                                 positive=self.positive, recentre=self.recentre,
-                                 tol=SUBPROBLEM_TOL * self.tol)
-                model = StepModel(theta[b], blk.grad, lam, x - theta[b], hess=A)
-            else:
-                a = blk.curv + reg
-                x = soft_threshold(theta[b] - blk.grad / a, lam / a, self.positive)
-                model = StepModel(theta[b], blk.grad, lam, x - theta[b], d0=a)
-            s = model.direction
-            Ms = metric[b] @ s if full else metric[b] * s
-            length = math.sqrt(max(float(s @ Ms), 0.0))
-            t = 1.0 if length <= radius[b] else radius[b] / length
-            steps.append(t * s)
-            full_steps.append(s)
-            kkt = float(kkt_violation(theta[b], blk.grad, lam, self.positive).max())
-            done.append(kkt <= self.tol
-                        and model.predicted(s) <= DECREMENT * self.tol)
-        if not state.metric and not current:
-            metric = ()  # fixed once every partition has reported
-        # Every partition's model taken near enough that its Taylor error is below what the
-        # decrement test asks (a looser bound, 10 tol, left relative gaps up to 1e-6).
-        close = self.quadratic or all(
-            _near(q.params[b] - theta[b], blocks[b].curv, reg, full, DECREMENT * self.tol)
-            for q in pieces for b in range(B))
-        converged = current and all(done) and close
-        if converged:  # the whole steps of the summed model (see ``update``)
-            steps = full_steps
-        new_theta = self.project(theta + np.stack(steps))
-        return replace(state, theta=new_theta, round=state.round + 1, radius=tuple(radius),
-                       converged=converged, pieces=pieces, metric=metric,
-                       objective=float(sum(b.f for b in blocks)), probe=None, full=False)
-
-    def partition_objective(self, state: ProximalState, piece: PartitionStats,
-                            params) -> float:
-        """The summed model's objective at the parameters before the update."""
-        return state.objective
-
-
-# -- SSP and ASP: the summed model of the partitions' latest models -------------------------
-
 
 def _swept(prog, state: ProximalState, new: Piece) -> ProximalState:
     """SSP/ASP above the Hessian limit, as the Newton programs' (L-BFGS curvature has no
