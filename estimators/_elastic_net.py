@@ -231,11 +231,12 @@ class ElasticNet(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator)
             self.coef_, self.intercept_ = sol.coef, float(sol.intercept)
             self.dual_gap_ = dual_gap(sol, l1, l2, self.positive)
         else:
-            memory = getattr(self, "_curvature", None) if warm is not None else None
+            memory, gradient = (getattr(self, "_curvature", None), getattr(
+                self, "_gradient", None)) if warm is not None else (None, None)
             program = ProximalLinear(loss="squared", l1=l1, l2=l2, positive=self.positive,
                                      fit_intercept=self.fit_intercept, tol=self.tol,
                                      max_hessian=hessian_limit(n), start=warm,
-                                     start_memory=memory)
+                                     start_memory=memory, start_gradient=gradient)
 
             def attributes(theta):
                 coef, intercept = split_theta(theta, d, self.fit_intercept)
@@ -249,6 +250,10 @@ class ElasticNet(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator)
             # The curvature a warm start resumes with: the squared loss's Hessian does not
             # depend on alpha, so the pairs stay exact along a path on the same rows.
             self._curvature = res.state.memory or None
+            # and the loss's gradient (no penalty), which the next alpha's first round
+            # takes its support block from
+            last = res.state.last_exact
+            self._gradient = None if last is None else last[1][0][1]
         self.n_iter_ = int(res.n_iter)
         return self
 

@@ -179,7 +179,11 @@ class LinearNewton(NewtonProgram):
         return self.n_blocks, n_features + int(self.fit_intercept)
 
     def accumulate(self, acc, params, X, y, sample_weight) -> None:
-        p = self.prepare(params)
+        self._accumulate(acc, self.prepare(params), X, y, sample_weight)
+
+    def _accumulate(self, acc, p, X, y, sample_weight) -> np.ndarray | None:
+        """:meth:`accumulate` with prepared ``p``; returns, with L-BFGS curvature, the rows'
+        weighted second derivatives of each block (rows x blocks; ``None`` otherwise)."""
         t0 = time.perf_counter()
         theta, width, probe = p.theta, p.width, p.probe
         fn = self.pointwise()
@@ -228,12 +232,13 @@ class LinearNewton(NewtonProgram):
             self._lbfgs_stats(acc, theta, X, R, D2)
             # the diagonal's seconds went to acc[3]
             acc[2] += time.perf_counter() - t0 - acc[3] + curv0
-            return
+            return D2
         t1 = time.perf_counter()
         for hess, d2 in curvature:
             _gram_into(hess, X, d2, self.fit_intercept, p.stride, p.offset)
         acc[2] += t1 - t0
         acc[3] += time.perf_counter() - t1
+        return None
 
     def _lbfgs_stats(self, acc, theta, X, R, D2) -> None:
         """Add the gradients, Hessian diagonals and Hessian-vector products of all blocks,

@@ -38,6 +38,7 @@ for models above ``max_hessian``).
 from __future__ import annotations
 
 import math
+from copy import copy as shallow_copy
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -643,6 +644,10 @@ class ProximalLinear(ProximalMixin, LinearNewton):
         Per block, L-BFGS pairs ``(s, y)`` to start from (a warm start: the memory a
         previous fit ended with, ``state.memory``); used when the model is above
         ``max_hessian`` and the pairs have its size.
+    start_gradient : ndarray or None, default=None
+        The loss's mean gradient (no penalty) near ``start`` on the same rows (a warm
+        start: the previous fit's ``state.last_exact``), from which the first round's
+        support block also takes the coefficients the new penalty lets move.
     loss, n_blocks, l2, l2_intercept, fit_intercept, tol, max_hessian, hessian_stride, start
         See :class:`~daskabsp.programs.LinearNewton` (``loss`` "logistic" or "squared").
 
@@ -656,6 +661,7 @@ class ProximalLinear(ProximalMixin, LinearNewton):
     l1: float = 0.0
     positive: bool = False
     start_memory: tuple | None = field(default=None, repr=False)
+    start_gradient: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -707,11 +713,7 @@ class ProximalLinear(ProximalMixin, LinearNewton):
             return
         tp, S = params
         L = acc.shape[0] - S.shape[0] ** 2
-        super().accumulate(acc[:L], tp, X, y, sample_weight)
-        z = self.scores(tp, X)[:, 0]
-        d2 = self.pointwise()(z, y, 0.0)[2]
-        if sample_weight is not None:
-            d2 = d2 * sample_weight
+        d2 = self._accumulate(acc[:L], tp, X, y, sample_weight)[:, 0]
         d = X.shape[1]
         cols = S[d > S]
         k = S.shape[0]
@@ -719,7 +721,9 @@ class ProximalLinear(ProximalMixin, LinearNewton):
         XS = X[:, cols]
         kc = cols.shape[0]
         if sp.issparse(XS):
-            H[:kc, :kc] += (XS.T @ (sp.diags(d2) @ XS)).toarray()
+            weighted = shallow_copy(XS)  # the rows scaled by d2, sharing the index arrays
+            weighted.data = XS.data * np.repeat(d2, np.diff(XS.indptr))
+            H[:kc, :kc] += (XS.T @ weighted).toarray()
         else:
             H[:kc, :kc] += (XS * d2[:, None]).T @ XS
         if kc < k:  # the intercept
@@ -748,25 +752,34 @@ class ProximalLinear(ProximalMixin, LinearNewton):
         nonzero = np.flatnonzero(pen & (theta[0] != 0))
         if not 0 < nonzero.size <= SUPPORT_LIMIT:
             return None
-        return np.union1d(nonzero, np.flatnonzero(~pen)).astype(np.intp)
+        S = np.union1d(nonzero, np.flatnonzero(~pen))
+        g = self.start_gradient
+        if g is not None and g.shape == (m,):
+            grad = g + self.reg(m) * theta[0]
+            S = np.union1d(S, self._violators(theta[0], grad, theta[0],
+                                              SUPPORT_LIMIT - nonzero.size))
+        return S.astype(np.intp)
+
+    def _violators(self, theta: np.ndarray, grad: np.ndarray, new: np.ndarray,
+                   room: int) -> np.ndarray:
+        """Up to ``room`` penalised coefficients that are zero in ``new`` and violate the
+        optimality conditions at ``theta`` (smooth gradient ``grad``), worst first."""
+        m = theta.shape[0]
+        kkt = kkt_violation(theta, grad, self.l1_weights(m), self.positive)
+        zero = (new == 0) & self.penalised(m)
+        order = np.argsort(-np.where(zero, kkt, 0.0))[:room]
+        return order[zero[order] & (kkt[order] > 0)]
 
     def next_support(self, state, blocks, new):
         m = new.shape[1]
         if self.curvature(m).kind != "lbfgs" or len(blocks) != 1:
             return None, None
         nonzero = tuple(np.flatnonzero(new[0][self.penalised(m)]).tolist())
-        if len(nonzero) > SUPPORT_LIMIT or (state.support is None
-                                            and nonzero != state.nonzero):
+        if len(nonzero) > SUPPORT_LIMIT:
             return None, nonzero
-        blk = blocks[0]
-        lam = self.l1_weights(m)
-        theta = state.theta[0]
-        kkt = kkt_violation(theta, blk.grad, lam, self.positive)
-        zero = (new[0] == 0) & self.penalised(m)
-        room = SUPPORT_LIMIT - len(nonzero)
-        order = np.argsort(-np.where(zero, kkt, 0.0))
-        violators = [j for j in order[:room] if zero[j] and kkt[j] > 0]
-        S = sorted(set(nonzero) | set(violators) | (
+        violators = self._violators(state.theta[0], blocks[0].grad, new[0],
+                                    SUPPORT_LIMIT - len(nonzero))
+        S = sorted(set(nonzero) | set(violators.tolist()) | (
             {m - 1} if self.fit_intercept else set()))
         return np.asarray(S, dtype=np.intp), nonzero
 
