@@ -338,7 +338,8 @@ class ProximalMixin(ProximalClocks):
 
     def params(self, state: ProximalState):
         if state.support is not None:
-            return state.theta, 0.0, state.probe, state.support
+            return (state.theta, 0.0, state.probe, state.support,
+                    self.support_stride(state.n_rows, state.support.shape[0]))
         return state.theta, 0.0, state.probe
 
     def full_round(self, state: ProximalState) -> bool:
@@ -518,6 +519,15 @@ class ProximalMixin(ProximalClocks):
         """The support block of a warm start's first round (none by default)."""
         return None
 
+    def support_stride(self, n_rows: int, k: int) -> int:
+        """The support block of ``k`` parameters over ``n_rows`` rows is estimated from
+        every this many rows of each chunk: up to :data:`SUPPORT_STRIDE`, keeping
+        :data:`SUPPORT_ROWS_PER_PARAMETER` rows per parameter; every row for a quadratic
+        (whose exact block makes its step exact)."""
+        if self.quadratic:
+            return 1
+        return int(min(SUPPORT_STRIDE, max(1, n_rows // (SUPPORT_ROWS_PER_PARAMETER * k))))
+
     def next_support(self, state: ProximalState, blocks: list[_Block],
                      new: np.ndarray) -> np.ndarray | None:
         """The parameters whose Hessian block the next round computes (programs without
@@ -613,13 +623,22 @@ def pseudo_gradient(x: np.ndarray, grad: np.ndarray, lam: np.ndarray,
 #: Largest support (coefficients) whose Hessian block large models compute near their optimum
 #: (see :class:`ProximalLinear`): 512^2 floats, 2 MiB per task.
 SUPPORT_LIMIT = 512
+#: The support block is estimated from every this many rows at most (scaled to all of them):
+#: its sparse product costs the square of each row's entries in the support, and on text
+#: rows (whose frequent words are the support) it cost 5x a round's other work at 512
+#: parameters; with every fourth row the fit took as many rounds.
+SUPPORT_STRIDE = 4
+#: ... while keeping at least this many rows per parameter of the block.
+SUPPORT_ROWS_PER_PARAMETER = 50
 
 
 class SupportParams(NamedTuple):
-    """A round's parameters with the support whose Hessian block it computes."""
+    """A round's parameters with the support whose Hessian block it computes, from every
+    ``stride``-th row."""
 
     task: TaskParams
     support: np.ndarray
+    stride: int = 1
 
 
 @dataclass
@@ -689,33 +708,37 @@ class ProximalLinear(ProximalMixin, LinearNewton):
     # 2012, without its inner line search).
 
     def _base_params(self, params):
-        return params[:3] if len(params) == 4 else params
+        return params[:3] if len(params) > 3 else params
 
     def new_stats(self, params) -> np.ndarray:
         base = super().new_stats(self._base_params(params))
-        if len(params) != 4:
+        if len(params) <= 3:
             return base
         k = len(params[3])
         return np.concatenate([base, np.zeros(k * k)])
 
     def prepare(self, params):
-        if isinstance(params, SupportParams):
+        if isinstance(params, (SupportParams, TaskParams)):
             return params
-        if len(params) == 4:
-            return SupportParams(super().prepare(params[:3]), np.asarray(params[3]))
+        if len(params) > 3:
+            return SupportParams(super().prepare(params[:3]), np.asarray(params[3]),
+                                 int(params[4]))
         return super().prepare(params)
 
     def accumulate(self, acc, params, X, y, sample_weight) -> None:
         if not isinstance(params, SupportParams):
             super().accumulate(acc, params, X, y, sample_weight)
             return
-        tp, S = params
+        tp, S, stride = params
         L = acc.shape[0] - S.shape[0] ** 2
         d2 = self._accumulate(acc[:L], tp, X, y, sample_weight)[:, 0]
         d = X.shape[1]
         cols = S[d > S]
         k = S.shape[0]
         H = acc[L:].reshape(k, k)
+        n = X.shape[0]
+        if stride > 1 and n >= stride:
+            X, d2 = X[::stride], d2[::stride] * (n / -(-n // stride))
         XS = X[:, cols]
         kc = cols.shape[0]
         if sp.issparse(XS):
