@@ -788,7 +788,14 @@ class ProximalLinear(ProximalMixin, LinearNewton):
         m = theta.shape[0]
         kkt = kkt_violation(theta, grad, self.l1_weights(m), self.positive)
         zero = (new == 0) & self.penalised(m)
-        order = np.argsort(-np.where(zero, kkt, 0.0))[:room]
+        worst = -np.where(zero, kkt, 0.0)
+        if room <= 0:
+            return np.zeros(0, dtype=np.intp)
+        if room < m:  # the worst ``room`` in linear time, then sorted
+            top = np.argpartition(worst, room - 1)[:room]
+            order = top[np.argsort(worst[top])]
+        else:
+            order = np.argsort(worst)
         return order[zero[order] & (kkt[order] > 0)]
 
     def next_support(self, state, blocks, new):
