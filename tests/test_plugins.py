@@ -257,6 +257,17 @@ def test_copies_are_kept_out_of_work_stealing(client, workers):
     np.testing.assert_array_equal(copy.result(), np.ones(1000))
 
 
+def test_a_landed_copy_leaves_its_source_with_one_holder(client, workers):
+    """The replica Dask fetched to make a copy is dropped as the copy lands: a fit placed
+    right after a copying one reads each partition where it lives, not where a copy was."""
+    assert client.sync(ensure_plugins, client) is SignalPath.SCHEDULER
+    rows = client.scatter(np.ones(1000), workers=[workers[0]])
+    [copy] = copy_on(client, [rows], workers[1], f"{COPY_PREFIX}-{uuid.uuid4().hex[:8]}")
+    np.testing.assert_array_equal(copy.result(), np.ones(1000))
+    assert client.who_has([copy])[copy.key] == (workers[1],)
+    assert client.who_has([rows])[rows.key] == (workers[0],)
+
+
 def _same_rows(a):
     return a
 

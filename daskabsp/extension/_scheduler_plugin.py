@@ -131,6 +131,8 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         reg = self.registry
         r = reg.round_of(key)
         if r is None:
+            if finish == "memory" and isinstance(key, str) and key.startswith(COPY_PREFIX):
+                self._drop_fetched_sources(key)
             return
         if finish == "memory" and start == "processing":
             if reg.finished(key) is not None:
@@ -147,6 +149,27 @@ class AbspSchedulerPlugin(SchedulerPlugin):
             gone = reg.forgotten(key)
             if gone is not None and gone.t_quorum is not None and gone.t_last is not None:
                 self.book.note_latency(gone.fit, gone.number, gone.t_last - gone.t_quorum)
+
+    def _drop_fetched_sources(self, key: str) -> None:
+        """A copy has landed: the replica of its source that Dask fetched to the copy's
+        worker to make it is dropped at once (the copy, a key of its own, holds the same
+        rows). Dask's active memory manager would drop it within seconds; meanwhile the
+        source had two holders, and a fit started then placed a partition where a copy had
+        been, its worker scanning two partitions (measured: the rounds of the fit after a
+        copying one twice as long)."""
+        sched = self.scheduler
+        ts = sched.tasks.get(key) if sched is not None else None
+        if ts is None:
+            return
+        for ws in list(ts.who_has or ()):
+            extra = [d.key for d in ts.dependencies if ws in d.who_has and len(d.who_has) > 1]
+            if extra:
+                try:
+                    sched.request_remove_replicas(ws.address, extra,
+                                                  stimulus_id=f"daskabsp-copy-{time.time()}")
+                except Exception as e:  # an older or newer scheduler: the AMM still drops it
+                    logger.debug("daskabsp: could not drop %s on %s: %r", extra, ws.address,
+                                 e)
 
     def log_event(self, topic: str, msg: Any) -> None:
         # Work stealing moves a queued task to another worker without a transition: a task
