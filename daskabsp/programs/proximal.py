@@ -338,8 +338,13 @@ class ProximalMixin(ProximalClocks):
 
     def params(self, state: ProximalState):
         if state.support is not None:
-            return (state.theta, 0.0, state.probe, state.support,
-                    self.support_stride(state.n_rows, state.support.shape[0]))
+            # Every row once the last step promised at most ``tol``: the round that may end
+            # the fit takes its whole step from the exact block (from a sampled one, a 200 000
+            # x 100 000 text fit stopped 3e-9 above scikit-learn's objective).
+            near = state.pending is not None and all(
+                p is not None and p.predicted <= self.tol for p in state.pending)
+            stride = 1 if near else self.support_stride(state.n_rows, state.support.shape[0])
+            return state.theta, 0.0, state.probe, state.support, stride
         return state.theta, 0.0, state.probe
 
     def full_round(self, state: ProximalState) -> bool:
