@@ -206,7 +206,11 @@ class NewtonProgram(Program):
             coefs = np.vstack([coefs, self.score_coefficients(probe)])
         d = coefs.shape[1] - int(self.fit_intercept)
         lbfgs = self.curvature(theta.shape[1]).kind == "lbfgs"
-        return TaskParams(theta, width, lbfgs, probe, np.ascontiguousarray(coefs[:, :d].T),
+        # two scores are multiplied one column at a time by sparse chunks (see scores):
+        # their columns contiguous, so that no chunk copies them
+        coef_t = (np.ascontiguousarray(coefs[:, :d]).T if coefs.shape[0] == 2
+                  else np.ascontiguousarray(coefs[:, :d].T))
+        return TaskParams(theta, width, lbfgs, probe, coef_t,
                           coefs[:, d].copy() if self.fit_intercept else None, int(stride),
                           int(offset))
 

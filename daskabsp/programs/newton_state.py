@@ -134,9 +134,10 @@ class TaskParams(NamedTuple):
     #: L-BFGS: the step to multiply by the Hessian, or None (the round's pairs come from
     #: gradient differences).
     probe: np.ndarray | None
-    #: The score coefficients, features x scores, C-contiguous: the parameters' scores
-    #: first, then (L-BFGS) the probe's. Sparse products copy a non-contiguous operand, which
-    #: per chunk costs as much as the chunk's rows when there are many features.
+    #: The score coefficients, features x scores, C-contiguous (two scores: F-contiguous,
+    #: each column multiplied on its own): the parameters' scores first, then (L-BFGS) the
+    #: probe's. Sparse products copy a non-contiguous operand, which per chunk costs as much
+    #: as the chunk's rows when there are many features.
     coef_t: np.ndarray
     #: Intercept of each score (None without an intercept).
     intercept: np.ndarray | None

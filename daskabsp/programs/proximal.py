@@ -344,7 +344,7 @@ class ProximalMixin(ProximalClocks):
             near = state.pending is not None and all(
                 p is not None and p.predicted <= self.tol for p in state.pending)
             stride = 1 if near else self.support_stride(state.n_rows, state.support.shape[0])
-            return state.theta, 0.0, state.probe, state.support, stride
+            return state.theta, 0.0, state.probe, (state.support, stride)
         return state.theta, 0.0, state.probe
 
     def full_round(self, state: ProximalState) -> bool:
@@ -713,21 +713,22 @@ class ProximalLinear(ProximalMixin, LinearNewton):
     # 2012, without its inner line search).
 
     def _base_params(self, params):
-        return params[:3] if len(params) > 3 else params
+        return params[:3] if len(params) == 4 else params
 
     def new_stats(self, params) -> np.ndarray:
         base = super().new_stats(self._base_params(params))
-        if len(params) <= 3:
+        if len(params) != 4:
             return base
-        k = len(params[3])
+        k = len(params[3][0])
         return np.concatenate([base, np.zeros(k * k)])
 
     def prepare(self, params):
         if isinstance(params, (SupportParams, TaskParams)):
             return params
-        if len(params) > 3:
-            return SupportParams(super().prepare(params[:3]), np.asarray(params[3]),
-                                 int(params[4]))
+        if len(params) == 4:  # (theta, width, probe, (support, stride))
+            support, stride = params[3]
+            return SupportParams(super().prepare(params[:3]), np.asarray(support),
+                                 int(stride))
         return super().prepare(params)
 
     def accumulate(self, acc, params, X, y, sample_weight) -> None:
@@ -743,7 +744,8 @@ class ProximalLinear(ProximalMixin, LinearNewton):
         H = acc[L:].reshape(k, k)
         n = X.shape[0]
         if stride > 1 and n >= stride:
-            X, d2 = X[::stride], d2[::stride] * (n / -(-n // stride))
+            X, d2 = X[::stride], d2[::stride]
+            d2 = d2 * (n / d2.shape[0])  # scaled to the chunk's rows
         XS = X[:, cols]
         kc = cols.shape[0]
         if sp.issparse(XS):
@@ -792,10 +794,10 @@ class ProximalLinear(ProximalMixin, LinearNewton):
         optimality conditions at ``theta`` (smooth gradient ``grad``), worst first."""
         m = theta.shape[0]
         kkt = kkt_violation(theta, grad, self.l1_weights(m), self.positive)
-        zero = (new == 0) & self.penalised(m)
-        worst = -np.where(zero, kkt, 0.0)
         if room <= 0:
             return np.zeros(0, dtype=np.intp)
+        zero = (new == 0) & self.penalised(m)
+        worst = -np.where(zero, kkt, 0.0)
         if room < m:  # the worst ``room`` in linear time, then sorted
             top = np.argpartition(worst, room - 1)[:room]
             order = top[np.argsort(worst[top])]
