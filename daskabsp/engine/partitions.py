@@ -266,15 +266,22 @@ async def _scatter_watched(client, arrays, a: int, b: int, worker: str,
 
 
 async def _scatter_rows(client, arrays, a: int, b: int, worker: str) -> list[Future | None]:
-    """Rows ``a:b`` of each of ``arrays`` (None stays None) scattered to ``worker``."""
+    """Rows ``a:b`` of each of ``arrays`` (None stays None) scattered to ``worker``, as
+    dense arrays numpy reads in place (see :func:`aligned`)."""
     token = uuid.uuid4().hex[:8]
-    data = {f"daskabsp-{i}-{token}": arr[a:b] for i, arr in enumerate(arrays)
+    data = {f"daskabsp-sent-{i}-{token}": arr[a:b] for i, arr in enumerate(arrays)
             if arr is not None}
     try:  # straight to the worker; through the scheduler only if it cannot be reached
-        futs = await client.scatter(data, workers=[worker], hash=False, direct=True)
+        sent = await client.scatter(data, workers=[worker], hash=False, direct=True)
     except OSError:
-        futs = await client.scatter(data, workers=[worker], hash=False, direct=False)
-    return [futs.get(f"daskabsp-{i}-{token}") for i in range(len(arrays))]
+        sent = await client.scatter(data, workers=[worker], hash=False, direct=False)
+    # numpy's own function, which any scheduler can import (CSR rows read as fast either way)
+    futs = {k: client.submit(np.require, f, None, "A", key=k.replace("-sent", "", 1),
+                             workers=[worker], allow_other_workers=True, pure=False)
+            if isinstance(data[k], np.ndarray) else f for k, f in sent.items()}
+    await wait_all(client, list(futs.values()))
+    del sent  # the rows as received are released: their aligned futures hold them now
+    return [futs.get(f"daskabsp-sent-{i}-{token}") for i in range(len(arrays))]
 
 
 async def move(client, parts: Partitions, p: int, X, y, sample_weight, worker: str) -> None:
@@ -294,21 +301,30 @@ async def scatter_partition(client, parts: Partitions, p: int, arrays,
 
 def copy_on(client, futs, worker: str, prefix: str = COPY_PREFIX) -> list[Future | None]:
     """Start a copy of each of ``futs`` (None stays None) on ``worker``: a task there that
-    returns its argument, which Dask fetches from where it lives. Copies are keys of their
-    own, so Dask's active memory manager, which drops extra replicas of a key, leaves them
-    alone; their keys start with ``prefix``, which the scheduler plugin keeps out of Dask's
-    work stealing (:data:`~daskabsp.extension.COPY_PREFIX`). The task only prefers
-    ``worker``: a task strictly bound to a worker that dies waits for it forever
-    (``no-worker``), and anything waiting on the copy with it; the caller checks where each
-    copy landed."""
-    return [None if f is None else client.submit(_same, f, workers=[worker],
+    returns its argument (:func:`aligned`), which Dask fetches from where it lives. Copies
+    are keys of their own, so Dask's active memory manager, which drops extra replicas of a
+    key, leaves them alone; their keys start with ``prefix``, which the scheduler plugin
+    keeps out of Dask's work stealing (:data:`~daskabsp.extension.COPY_PREFIX`). The task
+    only prefers ``worker``: a task strictly bound to a worker that dies waits for it
+    forever (``no-worker``), and anything waiting on the copy with it; the caller checks
+    where each copy landed."""
+    return [None if f is None else client.submit(aligned, f, workers=[worker],
                                                  allow_other_workers=True, pure=False,
                                                  key=f"{prefix}-{uuid.uuid4().hex[:12]}")
             for f in futs]
 
 
-def _same(a):
-    return a
+def aligned(a: Any) -> Any:
+    """``a`` itself if numpy can read it in place, else a copy that it can.
+
+    Rows Dask moves between processes (scattered, fetched for a copy) are deserialized as
+    views of the received frames, often at an address that is no multiple of their item
+    size; numpy then reads them through a buffered, unaligned path. A ``LogisticGD`` scan
+    took 46 ns a row on such rows against 35 on aligned ones, and a helper reading such a
+    copy ran at half its own partition's speed beside another scan. (CSR rows read as
+    fast either way.) Runs on a worker, once per placed or copied block.
+    """
+    return a.copy(order="K") if isinstance(a, np.ndarray) and not a.flags.aligned else a
 
 
 async def nbytes_by_worker(client, parts: Partitions, owners: list[str]) -> dict[str, int]:
