@@ -12,7 +12,8 @@ than cores a sleeping straggler's core serves the others and hides part of its c
 * ``transient``: before each round a seeded random worker is 4x slower for that round;
 * ``ordered``: rows sorted by label within each partition, and the persistent straggler (a
   partial pass sees one class only);
-* ``frozen``: 3 workers; 1 s into the fit one of them is stopped (SIGSTOP) for 30 s, or until
+* ``frozen``: 3 workers; when the fit's first round ends one of them is stopped (SIGSTOP) for
+  30 s, or until
   the fit returns (BSP only for the first model: a BSP fit waits the 30 s). Its "/no
   straggler" is against the same fits on the same 3 workers without the freeze.
 
@@ -73,7 +74,7 @@ from daskabsp.estimators import KMeans, LinearSVC, LogisticRegression, Ridge
 from daskabsp.lab.datasets import order_rows
 
 FACTOR = 4.0
-FREEZE_AFTER, FREEZE_FOR = 1.0, 30.0
+FREEZE_FOR = 30.0
 TOLERANCE = 0.01  # "to 1%": relative objective gap to the optimum
 
 SYNCS = {"absp": "absp", "absp-paper": ABSP.published(),
@@ -167,6 +168,32 @@ class Transient(FitCallback):
         return False
 
 
+class Freeze(FitCallback):
+    """Stops the worker process ``pid`` (SIGSTOP) when the fit's first round ends, for
+    :data:`FREEZE_FOR` seconds or until :meth:`resume` (the fit returned): an event of the
+    fit's own, so that a fit faster than any fixed delay still meets the freeze."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.since = pid, None
+        self.timer = threading.Timer(FREEZE_FOR, self.resume)
+
+    def on_fit_task_end(self, estimator, context, *, fitted_estimator=None) -> bool:
+        if context.task_name == "round" and self.since is None:
+            self.since = time.perf_counter()
+            os.kill(self.pid, signal.SIGSTOP)
+            self.timer.start()
+        return False
+
+    def resume(self) -> None:
+        self.timer.cancel()
+        os.kill(self.pid, signal.SIGCONT)
+
+    def returned_frozen(self, end: float) -> bool:
+        """Whether a fit that ended at ``end`` (``time.perf_counter``) did so while the
+        worker was still stopped (it was stopped at all)."""
+        return self.since is not None and end < self.since + FREEZE_FOR
+
+
 # -- one fit ----------------------------------------------------------------------------------
 
 
@@ -189,14 +216,11 @@ def fit_once(client, make, X, y, sync: str, scenario: str, seed: int, daskml=Non
     if scenario == "transient":
         hooks.append(Transient(client, seed))
         hooks[-1].slow_one()
-    est.set_callbacks(*hooks)
-    timers, pid = [], None
+    freeze = None
     if scenario == "frozen":
-        pid = client.run(os.getpid)[worker_addresses(client)[-1]]
-        timers = [threading.Timer(FREEZE_AFTER, os.kill, (pid, signal.SIGSTOP)),
-                  threading.Timer(FREEZE_AFTER + FREEZE_FOR, os.kill, (pid, signal.SIGCONT))]
-        for t in timers:
-            t.start()
+        freeze = Freeze(client.run(os.getpid)[worker_addresses(client)[-1]])
+        hooks.append(freeze)
+    est.set_callbacks(*hooks)
     t0 = trace.t0 = time.perf_counter()
     try:
         with warnings.catch_warnings():
@@ -204,16 +228,15 @@ def fit_once(client, make, X, y, sync: str, scenario: str, seed: int, daskml=Non
             est.fit(X, y)
         seconds = time.perf_counter() - t0
     finally:
-        for t in timers:
-            t.cancel()
-        if pid is not None:
-            os.kill(pid, signal.SIGCONT)
+        if freeze is not None:
+            freeze.resume()
         if scenario == "transient":
             client.unregister_worker_plugin("bench-transient")
     final = {a: np.array(getattr(est, a)) for a in _ATTRS if hasattr(est, a)}
     return {"seconds": seconds, "rounds": int(np.max(getattr(est, "n_iter_", -1))),
             "trace": [*trace.points, (seconds, final)],
-            "returned": seconds < FREEZE_AFTER + FREEZE_FOR if scenario == "frozen" else None,
+            "returned": (freeze.returned_frozen(t0 + seconds) if freeze is not None
+                         else None),
             "held": est.history_.attrs.get("max_worker_data_bytes", np.nan)}
 
 
