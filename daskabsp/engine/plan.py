@@ -83,11 +83,12 @@ def plan_round(policy: Policy, quotas: Sequence[int], sizes: Sequence[int], *, f
     expected to finish within the policy's grace of each other is not stopped either: there
     is no straggler to leave behind, and a stop would only cut rows short. The grace (a
     stopped partition with at most that share of its quota left finishes it) applies only
-    while at least half the workers are expected within it of the least busy, or nothing is
-    measured yet. In a full round, a partition without a copy elsewhere (``copied[p]``
-    False) is not cut short once it has started: its helpers could only be its own worker,
-    scanning the same rows after a stop and a second task (its grace is then its quota less
-    one row, so a task still queued at the stop still returns at once).
+    while most workers are expected within it of the least busy (or nothing is measured
+    yet). In a full round,
+    a partition without a copy elsewhere (``copied[p]`` False) is not cut short once it has
+    started: its helpers could only be its own worker, scanning the same rows after a stop
+    and a second task (its grace is then its quota less one row, so a task still queued at
+    the stop still returns at once).
     """
     quorum = policy.round_quorum(len(sizes)) if policy.stops else 0
     full = full and quorum > 0  # with quorum 0 every round covers every quota anyway
