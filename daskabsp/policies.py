@@ -185,10 +185,8 @@ class ABSP(Policy):
     grace : float in [0, 1), default=0.1
         A stopped partition with at most this share of its quota left finishes it anyway:
         a round without a straggler then counts every row, at the price of waiting at most
-        this share of a scan (only while no worker is expected to take more than twice this
-        share longer than another: with a straggler expected, the wait would buy few rows).
-        A round whose workers are expected (from their last measured rates) to finish
-        within this share of each other is not stopped at all.
+        this share of a scan. A round whose workers are expected (from their last measured
+        rates) to finish within this share of each other is not stopped at all.
 
     See Also
     --------

@@ -57,9 +57,8 @@ def own(rows: int, worker: str = "tcp://a", chunk_rows: int = 0) -> PartialResul
 def test_plan_follows_the_policy(policy, sizes, full, helpers, expected, wanted, data):
     """The plan is the policy's: BSP never stops; a full round is helped or runs as BSP;
     otherwise the round stops at the quorum and has a helper phase only if the program
-    wants one (else it is one wave, as published, and copies are still made), with the
-    grace only while no clear straggler is expected. In a full helped round a partition
-    without a copy is not cut short once started."""
+    wants one (else it is one wave, as published, and copies are still made). In a full
+    helped round a partition without a copy is not cut short once started."""
     quotas = [max(1, n // 2) for n in sizes]
     try:
         policy.check(len(sizes))
@@ -85,11 +84,9 @@ def test_plan_follows_the_policy(policy, sizes, full, helpers, expected, wanted,
         assert plan.quotas == tuple(quotas) and plan.full == full
         assert plan.unit == policy.quorum_unit
         assert all(0 <= g < q for g, q in zip(plan.grace, quotas, strict=True))
-        # the grace only while no straggler is expected beyond twice it
-        near = expected is None or expected <= 1 + 2 * policy.grace
         for p, q in enumerate(quotas):
             kept = full and plan.helped and copied is not None and not copied[p]
-            assert plan.grace[p] == (q - 1 if kept else int(policy.grace * q) * near)
+            assert plan.grace[p] == (q - 1 if kept else int(policy.grace * q))
 
 
 def test_spread_is_the_busiest_worker_over_the_least_busy():

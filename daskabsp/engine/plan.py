@@ -80,9 +80,7 @@ def plan_round(policy: Policy, quotas: Sequence[int], sizes: Sequence[int], *, f
     partition scans all its rows, nobody stopped. A round the program does not want helped
     is A-BSP as published: one wave, the partial rows counted. A round whose workers are
     expected to finish within the policy's grace of each other is not stopped either: there
-    is no straggler to leave behind, and a stop would only cut rows short. The grace (a
-    stopped partition with at most that share of its quota left finishes it) applies only
-    while the expected spread is unknown or within twice the grace. In a full round,
+    is no straggler to leave behind, and a stop would only cut rows short. In a full round,
     a partition without a copy elsewhere (``copied[p]`` False) is not cut short once it has
     started: its helpers could only be its own worker, scanning the same rows after a stop
     and a second task (its grace is then its quota less one row, so a task still queued at
@@ -97,12 +95,7 @@ def plan_round(policy: Policy, quotas: Sequence[int], sizes: Sequence[int], *, f
         return RoundPlan(0, tuple(sizes), True, False)
     if not quorum or balanced:
         return RoundPlan(0, tuple(quotas), False, False)
-    # The grace saves a stop that would cut rows short in a round that looks balanced but
-    # may not be (nothing measured yet, or a spread within twice the grace). With a straggler
-    # expected it would make every worker wait up to the grace's share of a scan for the few
-    # rows the near-done have left: under a heavy tail, a quarter of 100 workers each round.
-    near = expected_spread is None or expected_spread <= 1 + 2 * policy.grace
-    grace = tuple(int(policy.grace * q) if near else 0 for q in quotas)
+    grace = tuple(int(policy.grace * q) for q in quotas)
     if full and helped and copied is not None:
         grace = tuple(g if c else max(q - 1, 0)
                       for g, q, c in zip(grace, quotas, copied, strict=True))
