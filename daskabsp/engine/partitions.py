@@ -269,19 +269,26 @@ async def _scatter_rows(client, arrays, a: int, b: int, worker: str) -> list[Fut
     """Rows ``a:b`` of each of ``arrays`` (None stays None) scattered to ``worker``, as
     dense arrays numpy reads in place (see :func:`aligned`)."""
     token = uuid.uuid4().hex[:8]
-    data = {f"daskabsp-sent-{i}-{token}": arr[a:b] for i, arr in enumerate(arrays)
-            if arr is not None}
+    data = {i: arr[a:b] for i, arr in enumerate(arrays) if arr is not None}
     try:  # straight to the worker; through the scheduler only if it cannot be reached
-        sent = await client.scatter(data, workers=[worker], hash=False, direct=True)
+        sent = await client.scatter({f"daskabsp-sent-{i}-{token}": d for i, d in data.items()},
+                                    workers=[worker], hash=False, direct=True)
     except OSError:
-        sent = await client.scatter(data, workers=[worker], hash=False, direct=False)
-    # numpy's own function, which any scheduler can import (CSR rows read as fast either way)
-    futs = {k: client.submit(np.require, f, None, "A", key=k.replace("-sent", "", 1),
-                             workers=[worker], allow_other_workers=True, pure=False)
-            if isinstance(data[k], np.ndarray) else f for k, f in sent.items()}
-    await wait_all(client, list(futs.values()))
-    del sent  # the rows as received are released: their aligned futures hold them now
-    return [futs.get(f"daskabsp-sent-{i}-{token}") for i in range(len(arrays))]
+        sent = await client.scatter({f"daskabsp-sent-{i}-{token}": d for i, d in data.items()},
+                                    workers=[worker], hash=False, direct=False)
+    futs: list[Future | None] = [None] * len(arrays)
+    for i, d in data.items():
+        f = sent[f"daskabsp-sent-{i}-{token}"]
+        # numpy's own function, which any scheduler can import (CSR reads as fast either way)
+        futs[i] = (client.submit(np.require, f, None, "A", key=f"daskabsp-{i}-{token}",
+                                 workers=[worker], allow_other_workers=True, pure=False)
+                   if isinstance(d, np.ndarray) else f)
+    del sent  # the realigned futures hold what they need of the rows as received
+    done = [f for f in futs if f is not None]
+    await wait_all(client, done)
+    if any(f.status != "finished" for f in done):  # lost with the worker before realigned
+        raise OSError(f"rows {a}:{b} were lost on {worker} as they arrived")
+    return futs
 
 
 async def move(client, parts: Partitions, p: int, X, y, sample_weight, worker: str) -> None:
