@@ -3,6 +3,7 @@ or hang the fit."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -200,3 +201,49 @@ def test_a_worker_killed_when_helpers_or_copies_are_bound_to_it(killing_cluster,
     while client.run_on_scheduler(_keys_of_fit, fit_id) and time.monotonic() < deadline:
         pass  # releases reach the scheduler on the client's batched stream
     assert client.run_on_scheduler(_keys_of_fit, fit_id) == []
+
+
+class _StopAtRealign(SchedulerPlugin):
+    """Sends ``sig`` to the worker realigning a fit's first scattered rows, the moment the
+    task starts there (the rows as received live only on that worker)."""
+
+    name = "stop-at-realign"
+
+    def __init__(self, sig: int) -> None:
+        self.sig, self.hit = sig, None
+
+    async def start(self, scheduler) -> None:
+        self.scheduler = scheduler
+
+    def transition(self, key, start, finish, *args, **kwargs) -> None:
+        if self.hit is not None or finish != "processing" or \
+                not str(key).startswith("daskabsp-0-"):
+            return
+        ws = self.scheduler.tasks[key].processing_on
+        if ws is not None:
+            self.hit = ws.address
+            os.kill(ws.pid, self.sig)
+
+
+def _hit(dask_scheduler=None):
+    return dask_scheduler.plugins[_StopAtRealign.name].hit
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP])
+def test_a_worker_lost_while_placed_rows_are_realigned(sig):
+    """Killed or frozen between receiving a partition's rows and realigning them: the rows
+    are placed on another worker and the fit completes."""
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        pids = list(client.run(os.getpid).values())
+        client.register_plugin(_StopAtRealign(sig))
+        X, y = make_classification(60_000, 10, random_state=0)
+        try:
+            res = fit(LogisticGD(), X, y, sync="absp", max_iter=4, tol=None, client=client)
+            assert client.run_on_scheduler(_hit) is not None
+            assert res.n_iter == 4 and int(res.history.rows.sum()) > 0
+        finally:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
