@@ -7,7 +7,7 @@ import uuid
 
 import dask
 import numpy as np
-from distributed import Event
+from distributed import Event, secede
 
 from daskabsp import LogisticGD
 from daskabsp.engine.partitions import copy_on, place
@@ -266,6 +266,34 @@ def test_a_landed_copy_leaves_its_source_with_one_holder(client, workers):
     np.testing.assert_array_equal(copy.result(), np.ones(1000))
     assert client.who_has([copy])[copy.key] == (workers[1],)
     assert client.who_has([rows])[rows.key] == (workers[0],)
+
+
+def _read_while_held(rows, started: str, release: str) -> float:
+    secede()  # long-running: the worker's thread is free for the copy meanwhile
+    Event(started).set()
+    assert Event(release).wait(timeout=60)
+    return float(rows.sum())
+
+
+def test_a_landed_copy_keeps_a_source_replica_a_running_task_reads(client, workers):
+    """The fetched source replica is not dropped while a task running on the copy's worker
+    still reads it: the worker refuses to drop it then, and that refusal took the worker
+    down (and with it a test's task bound there, which then waited forever)."""
+    assert client.sync(ensure_plugins, client) is SignalPath.SCHEDULER
+    tag = uuid.uuid4().hex[:8]
+    started, release = f"started-{tag}", f"release-{tag}"
+    rows = client.scatter(np.ones(1000), workers=[workers[0]])
+    reader = client.submit(_read_while_held, rows, started, release, workers=[workers[1]],
+                           pure=False)
+    try:
+        assert Event(started).wait(timeout=60)
+        [copy] = copy_on(client, [rows], workers[1], f"{COPY_PREFIX}-{tag}")
+        np.testing.assert_array_equal(copy.result(), np.ones(1000))
+        assert set(client.who_has([rows])[rows.key]) == {workers[0], workers[1]}
+    finally:
+        Event(release, client=client).set()
+    assert reader.result() == 1000.0
+    assert workers[1] in client.sync(client.scheduler.identity)["workers"]
 
 
 def test_placed_and_copied_rows_are_aligned(client, workers):

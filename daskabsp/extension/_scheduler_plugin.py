@@ -162,7 +162,11 @@ class AbspSchedulerPlugin(SchedulerPlugin):
         if ts is None:
             return
         for ws in list(ts.who_has or ()):
-            extra = [d.key for d in ts.dependencies if ws in d.who_has and len(d.who_has) > 1]
+            # never a replica a task processing there still reads: the worker refuses to drop
+            # it while that task executes, and the error takes the worker down
+            extra = [d.key for d in ts.dependencies
+                     if ws in d.who_has and len(d.who_has) > 1
+                     and not any(w.processing_on is ws for w in d.waiters or ())]
             if extra:
                 try:
                     sched.request_remove_replicas(ws.address, extra,
