@@ -184,7 +184,8 @@ def test_a_fits_copies_end_with_it_on_a_shaped_link():
     """Issue 32: on a 100 Mbit/s link every default A-BSP fit returned with its copies still
     crossing the network (``processing`` on the scheduler), and they slowed the next fit
     5-25x. A straggler fit whose copies are started (priced cheap here, so that they are)
-    and still crossing the link when it ends leaves no copy task behind."""
+    and still crossing the link when it ends leaves no copy task behind, and a link rate
+    no higher than those copies managed."""
     import dask
     import dask.array as da
 
@@ -208,3 +209,7 @@ def test_a_fits_copies_end_with_it_on_a_shaped_link():
         while client.run_on_scheduler(_copy_tasks) and time.monotonic() < deadline:
             pass  # releases reach the scheduler on the client's batched stream
         assert client.run_on_scheduler(_copy_tasks) == []
+        # a copy cut short by the fit's end still bounds the link's rate: the next fit on
+        # this cluster prices copies no cheaper than the one that did not land in time
+        rate = placement._LINK_RATES.get(nc.scheduler_address)
+        assert rate is not None and rate < 1e9, rate
