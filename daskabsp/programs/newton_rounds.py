@@ -128,6 +128,12 @@ def analyse(prog: Program, state: NewtonState, rs: RoundStats) -> list[_Block]:
     wsum = total[1]
     out = []
     pass_views = prog.block_views(complete[0], theta) if complete else None
+    # A quadratic loss's pieces are exact Taylor models wherever they were taken only if
+    # their Hessians are: one from a stride of the rows is an estimate, and its error
+    # grows with the distance to the parameters it was taken at (measured: Ridge pass
+    # models with pieces at stride 12 stopped with coefficients 2e-4 to 7e-4 off).
+    exact_taylor = prog.quadratic and complete is not None and all(
+        s == 1 for s in (*state.strides, state.stride)[complete[1]:])
     for b, (loss, sq, rep, g, h) in enumerate(prog.block_views(total, theta)):
         th = theta[b]
         penalty = 0.5 * th @ (reg * th)
@@ -142,17 +148,18 @@ def analyse(prog: Program, state: NewtonState, rs: RoundStats) -> list[_Block]:
                      if r in anchors else math.inf
                      for r in range(complete[1], state.round + 1)]
             blk = _pass_block(prog, blk, th, pass_views[b], complete[0][1], cv, reg,
-                              max(moves) if moves else 0.0)
+                              max(moves) if moves else 0.0, exact_taylor)
         out.append(blk)
     rs.cache[key] = (out, ledger)
     return out
 
 
 def _pass_block(prog: Program, blk: _Block, th: np.ndarray, view, W: float,
-                cv: Curvature, reg: np.ndarray, move: float) -> _Block:
+                cv: Curvature, reg: np.ndarray, move: float, exact_taylor: bool) -> _Block:
     """The block of the pass model (every row once, pieces a few rounds old), if its pieces
-    were computed about as close to ``th`` as the round model's own step (``move``: the
-    farthest of them, in the model's norm), and close in absolute terms; ``blk`` else."""
+    are exact Taylor models (``exact_taylor``: a quadratic loss, exact Hessians) or were
+    computed about as close to ``th`` as the round model's own step (``move``: the farthest
+    of them, in the model's norm), and close in absolute terms; ``blk`` else."""
     c, _sq, _rep, lin, quad = view
     A = quad / W
 
@@ -163,11 +170,11 @@ def _pass_block(prog: Program, blk: _Block, th: np.ndarray, view, W: float,
     lam = math.sqrt(max(-(blk.g @ cv.direction(blk.h, reg, blk.g)), 0.0))
     near = move <= min(3.0 * max(lam, math.sqrt(2.0 * prog.tol)), NEAR)
     fp = f_pass(th)
-    if not (prog.quadratic or (near and fp >= 0.0)):
+    if not (exact_taylor or (near and fp >= 0.0)):
         return blk
     return _Block(f=fp, g=lin / W + cv.matvec(A, th) + reg * th, h=A, noise=0.0, exact=True,
-                  movement=move, reported=fp if not prog.smoothed else blk.reported,
-                  f_at=f_pass)
+                  movement=0.0 if exact_taylor else move,
+                  reported=fp if not prog.smoothed else blk.reported, f_at=f_pass)
 
 
 def next_stride(prog: Program, state: NewtonState, stats: RoundStats,
@@ -267,7 +274,7 @@ def _step_blocks(prog: Program, state: NewtonState, blocks: list[_Block],
             # A pass model's pieces must have been taken within the decrement's own scale:
             # at 10 tol, 1 default A-BSP fit in 8 of 2 000 x 5 stopped at a relative gap of
             # 2e-5 (coefficients 1e-2 off); now <= 3e-9, for 0.3 more rounds on average.
-            close = prog.quadratic or 0.5 * blk.movement ** 2 <= DECREMENT * prog.tol
+            close = 0.5 * blk.movement ** 2 <= DECREMENT * prog.tol
             out.done.append(blk.exact and small and close)
             out.noisy.append(not blk.exact and st.predicted <= blk.noise)
             out.stage_done.append(0.5 * st.decrement ** 2 <= 0.1 * state.width)
@@ -281,7 +288,7 @@ def round_update(prog: Program, state: NewtonState, stats: RoundStats) -> Newton
     """The step of a round whose statistics are ``stats`` (see the module docstring)."""
     blocks = analyse(prog, state, stats)
     if not blocks:
-        return replace(state, round=state.round + 1)
+        return replace(state, round=state.round + 1, strides=(*state.strides, state.stride))
     ledger = stats.cache[id(state)][1]
     theta = state.theta
     _B, m, cv, _L = prog.dims(theta)
