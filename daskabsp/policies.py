@@ -185,8 +185,11 @@ class ABSP(Policy):
     grace : float in [0, 1), default=0.1
         A stopped partition with at most this share of its quota left finishes it anyway:
         a round without a straggler then counts every row, at the price of waiting at most
-        this share of a scan. A round whose workers are expected (from their last measured
-        rates) to finish within this share of each other is not stopped at all.
+        this share of a scan (only while at least half the workers are expected to finish
+        within this share of the least busy: with fewer near the end, the wait buys few
+        rows).
+        A round whose workers are expected (from their last measured rates) to finish
+        within this share of each other is not stopped at all.
 
     See Also
     --------

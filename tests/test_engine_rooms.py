@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from daskabsp import ABSP, BSP
 from daskabsp.engine.book import PartitionBook, quotas_of
 from daskabsp.engine.membership import balance, reassign
-from daskabsp.engine.plan import Outcome, plan_round, settle, spread
+from daskabsp.engine.plan import Outcome, expected_scans, plan_round, settle
 from daskabsp.extension._core import PartialResult
 from daskabsp.extension._protocol import RoundId
 
@@ -52,14 +52,17 @@ def own(rows: int, worker: str = "tcp://a", chunk_rows: int = 0) -> PartialResul
 
 
 @given(st.sampled_from(POLICIES), st.lists(st.integers(1, 100), min_size=1, max_size=8),
-       st.booleans(), st.booleans(), st.one_of(st.none(), st.floats(1.0, 5.0)),
+       st.booleans(), st.booleans(),
+       st.one_of(st.none(), st.lists(st.floats(1.0, 5.0), min_size=1, max_size=8)),
        st.booleans(), st.data())
 def test_plan_follows_the_policy(policy, sizes, full, helpers, expected, wanted, data):
     """The plan is the policy's: BSP never stops; a full round is helped or runs as BSP;
     otherwise the round stops at the quorum and has a helper phase only if the program
-    wants one (else it is one wave, as published, and copies are still made). In a full
-    helped round a partition without a copy is not cut short once started."""
+    wants one (else it is one wave, as published, and copies are still made), with the
+    grace only while most workers are expected near the least busy. In a full helped round
+    a partition without a copy is not cut short once started."""
     quotas = [max(1, n // 2) for n in sizes]
+    expected = None if expected is None else tuple(sorted([1.0, *expected]))
     try:
         policy.check(len(sizes))
     except ValueError:
@@ -67,12 +70,13 @@ def test_plan_follows_the_policy(policy, sizes, full, helpers, expected, wanted,
     copied = data.draw(st.one_of(st.none(), st.lists(st.booleans(), min_size=len(sizes),
                                                      max_size=len(sizes))))
     plan = plan_round(policy, quotas, sizes, full=full, helpers=helpers,
-                      expected_spread=expected, help_wanted=wanted, copied=copied)
+                      expected=expected, help_wanted=wanted, copied=copied)
     if isinstance(policy, BSP):  # never stopped, every quota asked, never helped
         assert plan.quorum == 0 and plan.quotas == tuple(quotas) and not plan.helped
         assert not plan.full
         return
-    balanced = expected is not None and expected <= 1 + policy.grace and policy.grace > 0
+    within = 1 + policy.grace
+    balanced = expected is not None and expected[-1] <= within and policy.grace > 0
     helped = helpers and policy.helped
     if full and (balanced or not helped):  # a full round runs as BSP: every row, no stop
         assert plan.quorum == 0 and plan.quotas == tuple(sizes) and plan.full
@@ -84,15 +88,17 @@ def test_plan_follows_the_policy(policy, sizes, full, helpers, expected, wanted,
         assert plan.quotas == tuple(quotas) and plan.full == full
         assert plan.unit == policy.quorum_unit
         assert all(0 <= g < q for g, q in zip(plan.grace, quotas, strict=True))
+        # the grace only while at least half the workers are expected within it
+        near = expected is None or sum(e <= within for e in expected) >= len(expected) / 2
         for p, q in enumerate(quotas):
             kept = full and plan.helped and copied is not None and not copied[p]
-            assert plan.grace[p] == (q - 1 if kept else int(policy.grace * q))
+            assert plan.grace[p] == (q - 1 if kept else int(policy.grace * q) * near)
 
 
-def test_spread_is_the_busiest_worker_over_the_least_busy():
-    assert spread([10, 10, 10], [10.0, 10.0, 5.0], ["a", "a", "b"]) == 1.0
-    assert spread([10, 10], [10.0, 2.5], ["a", "b"]) == 4.0
-    assert spread([10, 10], [10.0, None], ["a", "b"]) is None
+def test_expected_scans_are_each_worker_over_the_least_busy():
+    assert expected_scans([10, 10, 10], [10.0, 10.0, 5.0], ["a", "a", "b"]) == (1.0, 1.0)
+    assert expected_scans([10, 10, 10], [10.0, 2.5, 5.0], ["a", "b", "c"]) == (1.0, 2.0, 4.0)
+    assert expected_scans([10, 10], [10.0, None], ["a", "b"]) is None
 
 
 # -- the settlement ----------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from .helpers import Helped, HelperPhase
 from .link import ScanTask
 from .membership import Membership
 from .observe import RoundRecord
-from .plan import RoundPlan, plan_round, settle, spread
+from .plan import RoundPlan, expected_scans, plan_round, settle
 
 if TYPE_CHECKING:
     from .placement import Placement
@@ -107,7 +107,7 @@ class RoundLoop(FitLoop):
             await obs.round_begin(r, program.coefficients(state))
             params = program.params(state)
             plan = plan_round(policy, book.quotas, book.sizes, helpers=self.helpers is not None,
-                              full=program.full_round(state), expected_spread=spread(
+                              full=program.full_round(state), expected=expected_scans(
                                   book.quotas, book.rate, self.placement.owner),
                               help_wanted=program.help_round(state),
                               copied=[bool(self.placement.copy_holders(p))

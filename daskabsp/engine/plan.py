@@ -51,21 +51,22 @@ class RoundPlan:
     copies: bool = False
 
 
-def spread(quotas: Sequence[int], rates: Sequence[float | None],
-           owner: Sequence[str]) -> float | None:
-    """How much longer the busiest worker is expected to scan than the least busy one (a
-    ratio, from each partition's last measured rate); None while a rate is unknown."""
+def expected_scans(quotas: Sequence[int], rates: Sequence[float | None],
+                   owner: Sequence[str]) -> tuple[float, ...] | None:
+    """How long each worker is expected to scan this round, relative to the least busy one
+    (ratios, ascending from 1, from each partition's last measured rate); None while a rate
+    is unknown."""
     if any(r is None or r <= 0 for r in rates):
         return None
     busy: dict[str, float] = {}
     for q, r, w in zip(quotas, rates, owner, strict=True):
         busy[w] = busy.get(w, 0.0) + q / r
     low = min(busy.values())
-    return max(busy.values()) / low if low > 0 else None
+    return tuple(sorted(b / low for b in busy.values())) if low > 0 else None
 
 
 def plan_round(policy: Policy, quotas: Sequence[int], sizes: Sequence[int], *, full: bool,
-               helpers: bool, expected_spread: float | None = None,
+               helpers: bool, expected: Sequence[float] | None = None,
                help_wanted: bool = True,
                copied: Sequence[bool] | None = None) -> RoundPlan:
     """The plan of a round under ``policy``.
@@ -74,28 +75,35 @@ def plan_round(policy: Policy, quotas: Sequence[int], sizes: Sequence[int], *, f
     whether the program asks for every row this round, ``help_wanted`` whether it wants
     helpers to cover what stopped partitions leave otherwise
     (:meth:`~daskabsp.programs.Program.help_round`); ``helpers`` whether copies for helpers
-    may be made at all (``daskabsp.replicas`` > 0); ``expected_spread`` the :func:`spread`
-    of the workers' scans expected this round. A full round is helped when the policy is
+    may be made at all (``daskabsp.replicas`` > 0); ``expected`` the workers' scans expected
+    this round (:func:`expected_scans`). A full round is helped when the policy is
     (stopped at the quorum, the helpers covering the rest), and run as BSP otherwise: every
     partition scans all its rows, nobody stopped. A round the program does not want helped
     is A-BSP as published: one wave, the partial rows counted. A round whose workers are
     expected to finish within the policy's grace of each other is not stopped either: there
-    is no straggler to leave behind, and a stop would only cut rows short. In a full round,
-    a partition without a copy elsewhere (``copied[p]`` False) is not cut short once it has
-    started: its helpers could only be its own worker, scanning the same rows after a stop
-    and a second task (its grace is then its quota less one row, so a task still queued at
-    the stop still returns at once).
+    is no straggler to leave behind, and a stop would only cut rows short. The grace (a
+    stopped partition with at most that share of its quota left finishes it) applies only
+    while at least half the workers are expected within it of the least busy, or nothing is
+    measured yet. In a full round, a partition without a copy elsewhere (``copied[p]``
+    False) is not cut short once it has started: its helpers could only be its own worker,
+    scanning the same rows after a stop and a second task (its grace is then its quota less
+    one row, so a task still queued at the stop still returns at once).
     """
     quorum = policy.round_quorum(len(sizes)) if policy.stops else 0
     full = full and quorum > 0  # with quorum 0 every round covers every quota anyway
-    balanced = (policy.grace > 0 and expected_spread is not None
-                and expected_spread <= 1 + policy.grace)
+    within = 1 + policy.grace
+    balanced = policy.grace > 0 and expected is not None and max(expected) <= within
     helped = helpers and policy.helped
     if full and (balanced or not helped):
         return RoundPlan(0, tuple(sizes), True, False)
     if not quorum or balanced:
         return RoundPlan(0, tuple(quotas), False, False)
-    grace = tuple(int(policy.grace * q) for q in quotas)
+    # The grace spares rows that are about to be counted, at the price of every worker
+    # waiting up to its share of a scan: worth it while most workers are near the end with
+    # the first (one straggler among them), not under a heavy tail of task times, where a
+    # quarter of 100 workers are within 10% of the first each round.
+    near = expected is None or 2 * sum(e <= within for e in expected) >= len(expected)
+    grace = tuple(int(policy.grace * q) if near else 0 for q in quotas)
     if full and helped and copied is not None:
         grace = tuple(g if c else max(q - 1, 0)
                       for g, q, c in zip(grace, quotas, copied, strict=True))

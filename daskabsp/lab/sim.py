@@ -66,7 +66,7 @@ from ..engine.helpers import (
     shortfall,
 )
 from ..engine.link import idle_result
-from ..engine.plan import RoundPlan, plan_round, settle, spread
+from ..engine.plan import RoundPlan, expected_scans, plan_round, settle
 from ..engine.rates import Rates
 from ..extension import PartialResult
 from ..policies import ABSP, BSP, Policy, advance
@@ -573,7 +573,7 @@ class RoundSim(_Base):
         """One round: plan, the partitions' own tasks, helpers, settle, the update."""
         book, env, c = self.book, self.env, self.costs
         plan = plan_round(self.policy, book.quotas, book.sizes, full=False,
-                          helpers=self.helpers, expected_spread=spread(
+                          helpers=self.helpers, expected=expected_scans(
                               book.quotas, book.rate, [self.names[w] for w in self.owner]))
         t0 = env.now
         order = book.order()
