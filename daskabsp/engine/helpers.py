@@ -246,10 +246,7 @@ class HelperPhase:
         ``blocked``: silent, or its threads held by other work) to a fast worker without one
         (copies are spread: a worker's rate is shared with the copies it holds or receives),
         up to ``daskabsp.replicas`` copies: from the next round on, helpers can scan its rows
-        there. The round does not wait for it (:func:`copies_due`, :func:`copy_targets`).
-        Copies still in the making past their price raise it first
-        (:meth:`~daskabsp.engine.placement.Placement.price_overdue`)."""
-        placement.price_overdue()
+        there. The round does not wait for it (:func:`copies_due`, :func:`copy_targets`)."""
         short = {p: rows for p, rows in shortfall([res.rows for res in owned], quotas).items()
                  if not placement.copying(p)}
         free = [w for w in threads if w not in blocked]

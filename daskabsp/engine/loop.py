@@ -198,6 +198,7 @@ class RoundLoop(FitLoop):
         if helpers is None or not plan.copies:
             return own
         helpers.observe(owned)
+        self.placement.price_overdue()  # copies in the making past their price raise it
         # Other work holds the blocked workers for now: no piece can run there, and their
         # partitions' rows can only move on through copies.
         helpers.copy_stragglers(self.placement, owned, plan.quotas, self.membership.threads,
