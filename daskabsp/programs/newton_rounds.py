@@ -132,8 +132,9 @@ def analyse(prog: Program, state: NewtonState, rs: RoundStats) -> list[_Block]:
     # their Hessians are: one from a stride of the rows is an estimate, and its error
     # grows with the distance to the parameters it was taken at (measured: Ridge pass
     # models with pieces at stride 12 stopped with coefficients 2e-4 to 7e-4 off).
-    exact_taylor = prog.quadratic and complete is not None and all(
-        s == 1 for s in (*state.strides, state.stride)[complete[1]:])
+    exact_taylor = (prog.quadratic and complete is not None
+                    and len(state.strides) == state.round  # a stride recorded per round
+                    and all(s == 1 for s in (*state.strides, state.stride)[complete[1]:]))
     for b, (loss, sq, rep, g, h) in enumerate(prog.block_views(total, theta)):
         th = theta[b]
         penalty = 0.5 * th @ (reg * th)
