@@ -22,7 +22,6 @@ from daskabsp.lab import sim
 from daskabsp.lab.sim import (
     Cluster,
     Costs,
-    Fixed,
     HeavyTail,
     Persistent,
     SimResult,
@@ -153,21 +152,6 @@ def test_a_bsp_gains_over_bsp_with_a_persistent_straggler():
     bsp = simulate(BSP(), cluster, costs, Persistent(0.25, 4.0), rounds=12)
     absp = simulate(ABSP.published(), cluster, costs, Persistent(0.25, 4.0), rounds=12)
     assert absp.time_per_epoch(after=1) < 0.6 * bsp.time_per_epoch(after=1)
-
-
-@pytest.mark.parametrize("shared_cores", [None, 2])
-def test_a_slowed_worker_computes_its_rows_at_the_slowed_row_cost(shared_cores):
-    """An emulated straggler's chunks cost ``slowed_row_factor`` times a row's CPU (the
-    sleeps between them make the computing slower); the other workers' rows do not."""
-    cluster = Cluster(workers=2, rows=20_000, shared_cores=shared_cores)
-    base = Costs(row_seconds=5e-6)
-    slowed = Costs(row_seconds=5e-6, slowed_row_factor=1.5)
-    late, early = (simulate(BSP(), cluster, c, Fixed((0,), 4.0), rounds=4)
-                   for c in (slowed, base))
-    ratio = np.median(late.round_times()[1:]) / np.median(early.round_times()[1:])
-    assert 1.3 < ratio < 1.55
-    np.testing.assert_array_equal(simulate(BSP(), cluster, slowed, rounds=4).round_times(),
-                                  simulate(BSP(), cluster, base, rounds=4).round_times())
 
 
 def test_mode_must_be_known():

@@ -166,19 +166,6 @@ def row_seconds(client, X, y, params, program=None, reps: int = 6) -> float:
                     for _ in range(reps + 1)][1:])
 
 
-def slowed_row_seconds(client, X, y, params, program=None, factor: float = 4.0,
-                       reps: int = 4) -> float:
-    """Median seconds per row of the computing part of ``reps`` scans of ``X``'s first
-    partition on its worker slowed ``factor`` times by :func:`daskabsp.slow_workers` (each
-    chunk's time slept again ``factor - 1`` times; a scan's seconds over ``factor``)."""
-    program = program or daskabsp.LogisticGD()
-    x0, y0 = futures_of(X)[0], futures_of(y)[0]
-    [holder] = client.who_has([x0])[x0.key][:1]
-    with daskabsp.slow_workers(client, {holder: factor}):
-        return per_row([client.submit(_scan, program, params, x0, y0, pure=False).result()
-                        for _ in range(reps + 1)][1:]) / factor
-
-
 def per_row(results) -> float:
     """Median seconds per row of scans' results."""
     return float(np.median([r.compute_seconds / r.rows for r in results]))

@@ -12,10 +12,8 @@ Predicted: the same fits in ``daskabsp.lab.sim`` with the costs ``calibrate.py``
 machine (``costs.json``) except the row cost, which drifts between runs on this shared machine
 and is measured again on each cluster before its fits, as calibrate.py measures it (one
 in-worker scan of a partition at a time, at the parameters of a short fit; the predictions with
-``costs.json``'s row cost are kept in the JSON too), and the row cost of the slow worker's
-chunks, measured the same way on that worker slowed (a scan that sleeps between its chunks
-computes them slower), every worker and the scheduler's loop sharing the machine's cores,
-worker 0 as slow. Target (issue 24): every prediction within 20%
+``costs.json``'s row cost are kept in the JSON too), every worker and the scheduler's loop
+sharing the machine's cores, worker 0 as slow. Target (issue 24): every prediction within 20%
 of the measurement.
 
 ``--netns RATE`` measures on a namespace cluster instead (``daskabsp.lab.netcluster``, root
@@ -49,7 +47,7 @@ from _common import (
     write_json,
 )
 from _sim import load_costs
-from calibrate import fit_params, row_seconds, slowed_row_seconds
+from calibrate import fit_params, row_seconds
 
 import daskabsp
 from daskabsp import ABSP, BSP
@@ -93,9 +91,6 @@ def measure(n: int, args, rounds: int, blocks: int) -> dict:
         # again here as calibrate.py measures it, before the fits and without a slow worker.
         program, params, _ = fit_params(client, X, y)
         out["row_seconds"] = row_seconds(client, X, y, params, program)
-        # the slow worker's chunks compute slower than a scan that never sleeps: measured
-        out["slowed_row_factor"] = slowed_row_seconds(
-            client, X, y, params, program, args.slow) / out["row_seconds"]
         with daskabsp.slow_workers(client, {workers(client)[0]: args.slow}):
             modes = list(POLICIES)
             for b in range(blocks):
@@ -134,9 +129,9 @@ def main() -> None:
     before = source["results"] if source else None
     for n in [int(w) for w in args.workers.split(",")]:
         got = before[str(n)]["measured"] if before else measure(n, args, rounds, blocks)
-        pred = predict(n, args, dataclasses.replace(
-            costs, row_seconds=got.get("row_seconds", costs.row_seconds),
-            slowed_row_factor=got.get("slowed_row_factor", costs.slowed_row_factor)), rounds)
+        pred = predict(n, args, dataclasses.replace(costs, row_seconds=got.get("row_seconds",
+                                                                   costs.row_seconds)),
+                       rounds)
         out[str(n)] = {"measured": got, "predicted": pred,
                        "predicted_costs_json": predict(n, args, costs, rounds)}
         for m in POLICIES:

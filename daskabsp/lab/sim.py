@@ -105,11 +105,6 @@ class Costs:
         With shared cores (:class:`Cluster` ``shared_cores``): the factor on ``row_seconds``
         of a chunk that finds every core busy (more work than cores: the scans share caches
         and memory bandwidth and are switched in and out).
-    slowed_row_factor : float
-        The factor on ``row_seconds`` of a row scanned by a worker slowed the way
-        :class:`daskabsp.SlowWorkers` slows it (each chunk's time slept again): a scan that
-        sleeps between chunks computes each chunk slower than one that does not (measured
-        on this machine: about 1.2-1.3x). 1 for a slow machine that does not sleep.
     row_bytes : float
         Bytes per row (what a copy moves).
     copy_bandwidth : float
@@ -135,7 +130,6 @@ class Costs:
     stop_latency: float = 3e-3
     row_seconds: float = 5e-7
     row_contention: float = 1.0
-    slowed_row_factor: float = 1.0
     row_bytes: float = 88.0
     copy_bandwidth: float = 2e8
     chunk_target: float = 2e-3
@@ -499,8 +493,7 @@ class _Base:
         chunk's time, as :class:`daskabsp.SlowWorkers` does. A chunk that finds every core
         busy costs ``row_contention`` times more per row."""
         c, env = self.costs, self.env
-        row = c.row_seconds * (c.slowed_row_factor if factor > 1 else 1.0)
-        chunk = max(1, int(c.chunk_target / (row * factor)))
+        chunk = max(1, int(c.chunk_target / (c.row_seconds * factor)))
         done, t0 = 0, env.now
         while done < quota:
             if flags.is_set(w) and quota - done > grace:
@@ -508,7 +501,8 @@ class _Base:
             n = min(chunk, quota - done)
             t = env.now
             contended = self.srv.cores.count >= self.srv.cores.capacity
-            yield from self.srv.on_worker(n * row * (c.row_contention if contended else 1.0))
+            yield from self.srv.on_worker(
+                n * c.row_seconds * (c.row_contention if contended else 1.0))
             if factor > 1:
                 yield env.timeout((factor - 1) * (env.now - t))
             done += n
@@ -520,7 +514,7 @@ class _Base:
         c, env = self.costs, self.env
         if flags.is_set(w) and quota > grace:
             return 0, 0.0, quota > 0
-        rate = 1.0 / (c.row_seconds * factor * (c.slowed_row_factor if factor > 1 else 1.0))
+        rate = 1.0 / (c.row_seconds * factor)
         full = quota / rate
         t0 = env.now
         flag = flags.flag(w)
