@@ -176,11 +176,13 @@ def _scan(program, params, X, y):
                          quota=X.shape[0])
 
 
-def copy_bandwidth(client, args) -> float:
+def copy_bandwidth(client, args, chunk=None) -> float:
     """Bytes per second of copying a partition's rows from one worker to another, as the
-    engine copies a dask array's chunk for helpers (a task on the target that returns it)."""
-    X, _ = logistic_data(client, 2 * 20 * args.rows, args.features, 2, args.seed)
-    chunk = futures_of(X)[0]
+    engine copies a dask array's chunk for helpers (a task on the target that returns it);
+    ``chunk``: the future of the rows to copy (default: a partition made for it)."""
+    if chunk is None:
+        X, _ = logistic_data(client, 2 * 20 * args.rows, args.features, 2, args.seed)
+        chunk = futures_of(X)[0]
     nbytes = client.run_on_scheduler(_nbytes, chunk.key)
     src = client.who_has([chunk])[chunk.key][0]
     dst = next(w for w in workers(client) if w != src)

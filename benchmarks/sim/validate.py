@@ -12,7 +12,9 @@ Predicted: the same fits in ``daskabsp.lab.sim`` with the costs ``calibrate.py``
 machine (``costs.json``) except the row cost, which drifts between runs on this shared machine
 and is measured again on each cluster before its fits, as calibrate.py measures it (one
 in-worker scan of a partition at a time, at the parameters of a short fit; the predictions with
-``costs.json``'s row cost are kept in the JSON too), every worker and the scheduler's loop
+``costs.json``'s row cost are kept in the JSON too), and the copy rate, measured on each
+cluster as calibrate.py measures it (without ``--netns``: with it, copies cross at RATE),
+every worker and the scheduler's loop
 sharing the machine's cores, worker 0 as slow. Target (issue 24): every prediction within 20%
 of the measurement.
 
@@ -47,7 +49,8 @@ from _common import (
     write_json,
 )
 from _sim import load_costs
-from calibrate import fit_params, row_seconds
+from calibrate import copy_bandwidth, fit_params, row_seconds
+from distributed import futures_of
 
 import daskabsp
 from daskabsp import ABSP, BSP
@@ -101,6 +104,10 @@ def measure(n: int, args, rounds: int, blocks: int) -> dict:
                     out[m]["round_s"] += np.diff(h.wall_time.values).tolist()
                     out[m]["rows"] += (h.rows.values * h.counted.values).sum(axis=1)[1:].tolist()
                     out[m]["fit_s"].append(epochs_time(h, args.epochs))
+        if not args.netns:  # there copies cross at the link's rate
+            # the engine prices its copies at what they achieved: measured here too, after
+            # the fits (the replica a copy leaves behind would steer their tasks)
+            out["copy_bandwidth"] = copy_bandwidth(client, args, futures_of(X)[0])
     return out
 
 
@@ -129,9 +136,10 @@ def main() -> None:
     before = source["results"] if source else None
     for n in [int(w) for w in args.workers.split(",")]:
         got = before[str(n)]["measured"] if before else measure(n, args, rounds, blocks)
-        pred = predict(n, args, dataclasses.replace(costs, row_seconds=got.get("row_seconds",
-                                                                   costs.row_seconds)),
-                       rounds)
+        pred = predict(n, args, dataclasses.replace(
+            costs, row_seconds=got.get("row_seconds", costs.row_seconds),
+            copy_bandwidth=costs.copy_bandwidth if args.netns else got.get(
+                "copy_bandwidth", costs.copy_bandwidth)), rounds)
         out[str(n)] = {"measured": got, "predicted": pred,
                        "predicted_costs_json": predict(n, args, costs, rounds)}
         for m in POLICIES:
