@@ -14,9 +14,8 @@ and is measured again on each cluster before its fits, as calibrate.py measures 
 in-worker scan of a partition at a time, at the parameters of a short fit; the predictions with
 ``costs.json``'s row cost are kept in the JSON too), and the copy rate, measured on each
 cluster as calibrate.py measures it (without ``--netns``: with it, copies cross at RATE),
-every worker and the scheduler's loop
-sharing the machine's cores, worker 0 as slow. Target (issue 24): every prediction within 20%
-of the measurement.
+every worker and the scheduler's loop sharing the machine's cores, worker 0 as slow. Target
+(issue 24): every prediction within 20% of the measurement.
 
 ``--netns RATE`` measures on a namespace cluster instead (``daskabsp.lab.netcluster``, root
 needed: every link shaped to RATE, workers pinned one per core), and the simulator's copies
