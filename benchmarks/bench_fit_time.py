@@ -13,9 +13,8 @@ than cores a sleeping straggler's core serves the others and hides part of its c
 * ``ordered``: rows sorted by label within each partition, and the persistent straggler (a
   partial pass sees one class only);
 * ``frozen``: 3 workers; when the fit's first round ends one of them is stopped (SIGSTOP) for
-  30 s, or until
-  the fit returns (BSP only for the first model: a BSP fit waits the 30 s). Its "/no
-  straggler" is against the same fits on the same 3 workers without the freeze.
+  30 s, or until the fit returns (BSP only for the first model: a BSP fit waits the 30 s).
+  Its "/no straggler" is against the same fits on the same 3 workers without the freeze.
 
 Each case starts a fresh cluster and fits once, untimed, before its repeats (a cluster's
 first fit pays the workers' imports). Variants, run interleaved (the order alternates per

@@ -38,6 +38,9 @@ logger = logging.getLogger(__name__)
 #: cluster prices its first copy at what the links did, not at ``daskabsp.copy-rate``.
 _LINK_RATES: dict[str, float] = {}
 
+#: Copies of fewer bytes are too small to time a link by.
+_TIMED_BYTES = 1e6
+
 
 class Placement:
     """The rows of one fit on the cluster.
@@ -273,8 +276,8 @@ class Placement:
         """Take in the time the copy of partition ``p`` took: later copies are priced at the
         rate it crossed the link (the rent a copy must have saved before it is made, see
         :meth:`~daskabsp.engine.helpers.HelperPhase.copy_stragglers`). Returns the note."""
-        if not self._nbytes or self._nbytes[p] < 1e6 or seconds <= 0:
-            return ""  # too small to time a link by
+        if not self._nbytes or self._nbytes[p] < _TIMED_BYTES or seconds <= 0:
+            return ""
         rate = self._nbytes[p] / seconds
         self._set_link_rate(rate)
         return f": {rate / 1e6:.1f} MB/s, the price of later copies"
@@ -290,12 +293,12 @@ class Placement:
         lands would otherwise teach the price nothing: on a 100 Mbit/s link, an 88 MB copy
         priced at 0.42 s by ``daskabsp.copy-rate`` outlived every 15-round fit and was
         started again by each."""
+        if not self._nbytes or not self.copy_due:
+            return
         now = time.perf_counter()
-        for p, t0 in list(self._copy_started.items()):
-            if not self._nbytes or self._nbytes[p] < 1e6 or not self.copy_due:
-                continue
+        for p, t0 in self._copy_started.items():
             seconds = now - t0
-            if seconds > self.copy_due[p]:
+            if self._nbytes[p] >= _TIMED_BYTES and seconds > self.copy_due[p]:
                 self._set_link_rate(self._nbytes[p] / seconds)
                 if p in self._overdue:
                     continue
