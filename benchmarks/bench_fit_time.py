@@ -48,6 +48,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import dask
 import numpy as np
 from _common import (
     FitCallback,
@@ -78,6 +79,9 @@ TOLERANCE = 0.01  # "to 1%": relative objective gap to the optimum
 
 SYNCS = {"absp": "absp", "absp-paper": ABSP.published(),
          "drop": ABSP.published(on_quorum="drop"), "bsp": "bsp"}
+#: Variants run only when named in ``--syncs``, with the settings they fit under: the default
+#: without copies for helpers (what the copies buy, and the memory they cost).
+EXTRA_SYNCS = {"absp-nocopies": ("absp", {"daskabsp.replicas": 0})}
 
 
 def add_options(p) -> None:
@@ -209,7 +213,8 @@ def fit_once(client, make, X, y, sync: str, scenario: str, seed: int, daskml=Non
             daskml_fit(client, "newton", *daskml, 2)
         return {"seconds": time.perf_counter() - t0, "rounds": -1, "trace": [],
                 "returned": None, "held": np.nan}
-    est = make(SYNCS[sync])
+    sync, settings = EXTRA_SYNCS.get(sync, (SYNCS.get(sync), {}))
+    est = make(sync)
     trace = Trace()
     hooks = [trace]
     if scenario == "transient":
@@ -224,7 +229,8 @@ def fit_once(client, make, X, y, sync: str, scenario: str, seed: int, daskml=Non
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            est.fit(X, y)
+            with dask.config.set(settings):
+                est.fit(X, y)
         seconds = time.perf_counter() - t0
     finally:
         if freeze is not None:
