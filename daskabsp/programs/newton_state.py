@@ -159,6 +159,8 @@ class Pending:
     length: float
     noise: float
     exact: bool
+    #: Its model was a pass model (``f`` that model's value, not the objective's).
+    stitched: bool = False
 
 
 @dataclass(frozen=True)
