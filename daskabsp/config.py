@@ -99,3 +99,41 @@ def nbytes(key: str) -> int:
     209715200
     """
     return dask.utils.parse_bytes(get(key))
+
+
+def copy_memory() -> float | None:
+    """Return ``daskabsp.copy-memory``: the most training data a worker may hold in a fit
+    with helpers, as a multiple of the most any worker holds of the fit's own partitions.
+
+    Returns
+    -------
+    float or None
+        The multiple (at least 1), or None for no bound but Dask's spill threshold.
+
+    Raises
+    ------
+    ValueError
+        If the setting is neither None nor a number of at least 1.
+
+    Examples
+    --------
+    >>> import dask
+    >>> from daskabsp import config
+    >>> config.copy_memory() is None
+    True
+    >>> with dask.config.set({"daskabsp.copy-memory": 1.25}):
+    ...     config.copy_memory()
+    1.25
+    """
+    value = get("copy-memory")
+    if value is None:
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        out = float("nan")
+    if not out >= 1.0:
+        raise ValueError("The 'daskabsp.copy-memory' setting must be None or a number >= 1 "
+                         "(the most a worker may hold, as a multiple of the most any worker "
+                         f"holds of the fit's own partitions). Got {value!r} instead.")
+    return out

@@ -380,6 +380,7 @@ def _prepare(program: Program, X, y=None, *, sample_weight=None, sync="absp", ma
                    "quota": quota, "chunk_target": chunk_target, "verbose": verbose,
                    "record_params": record_params}, owner)
     policy.check_quota(quota, owner)
+    config.copy_memory()  # a bad setting fails here, before any work is submitted
     callbacks = as_callbacks(callback)
     if verbose:
         callbacks.append(ProgressBar())

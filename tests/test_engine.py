@@ -153,6 +153,27 @@ def test_helpers_take_over_the_stragglers_rows_once_a_copy_exists(client, big, w
     np.testing.assert_array_equal(cur[1:], (cur[:-1] + rows[:-1]) % n_p)
 
 
+@pytest.mark.parametrize("setting", [{"distributed.worker.memory.target": 1e-4},
+                                     {"daskabsp.copy-memory": 1.25}])
+def test_no_copy_is_made_past_a_workers_memory_room(client, big, workers, setting):
+    """A copy that would take a worker's managed memory past the fraction of its memory
+    limit where Dask starts spilling (the copy would slow the worker it was meant to help),
+    or its fit data past ``daskabsp.copy-memory`` times the most a worker holds of the fit's
+    partitions (here one each), is not made: the straggler's leftovers are counted next
+    round, as published, no worker holds more than its own partition, and the history says
+    why."""
+    X, y = big
+    slow = workers[0]
+    with slow_workers(client, {slow: 8.0}), dask.config.set(setting):
+        res = fit(LogisticGD(C=C), X, y, sync="absp", max_iter=6, tol=None, n_partitions=4)
+    h = res.history
+    assert (h.helped_rows.values == 0).all(), h.helped_rows.values
+    assert h.harvested.values[1:].any()  # there were leftovers a copy would have helped with
+    assert "not copied for helpers: no worker without it has room" in " ".join(
+        str(e) for e in h.events.values)
+    assert h.attrs["max_worker_data_bytes"] < 1.5 * X.nbytes / 4
+
+
 def test_drop_discards_straggler_statistics_and_keeps_cursor(client, big, workers):
     X, y = big
     slow = workers[0]

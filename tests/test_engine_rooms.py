@@ -297,6 +297,11 @@ def test_copies_are_spread_over_fast_workers_not_all_sent_to_the_fastest():
         0: "a", 1: "b", 2: "a", 3: "b", 4: "a", 5: "b"}
     # copies held or on their way count: with four on "a", the next goes to "b"
     assert copy_targets([0], holders, ["a", "b"], rates, {"a": 4, "b": 3}) == {0: "b"}
+    # a worker without the memory room for a copy gets none; one without a bound may
+    room = {"a": 5.0, "b": 15.0}
+    assert copy_targets([0, 1], holders, ["a", "b", "c"], rates, room=room,
+                        nbytes=[10] * 6) == {0: "b", 1: "c"}
+    assert room == {"a": 5.0, "b": 15.0}  # the caller's room is not written
 
 
 @settings(max_examples=300, deadline=None)

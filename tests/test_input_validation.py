@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -53,6 +55,18 @@ def test_bad_input_raises_before_submitting(client, xy, make, kwargs, match):
     with pytest.raises(ValueError, match=match):
         fit(LogisticGD(), X, y, **kwargs)
     # nothing new reached the scheduler (earlier tests' keys may still be on their way out)
+    assert set(client.run_on_scheduler(daskabsp_keys)) <= before
+
+
+@pytest.mark.parametrize("value", [0.5, "lots", -1])
+def test_a_bad_copy_memory_setting_raises_before_submitting(client, xy, value):
+    import dask
+
+    before = set(client.run_on_scheduler(daskabsp_keys))
+    with dask.config.set({"daskabsp.copy-memory": value}), pytest.raises(
+            ValueError, match=r"'daskabsp.copy-memory' setting must be None or a number >= 1 "
+                              r".*Got " + re.escape(repr(value))):
+        fit(LogisticGD(), *xy)
     assert set(client.run_on_scheduler(daskabsp_keys)) <= before
 
 

@@ -20,6 +20,7 @@ a :class:`~daskabsp.engine.rates.Rates` is read, never written): what was left
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -135,17 +136,21 @@ def copies_due(short: Mapping[int, int], paid: Mapping[int, float], rent_due: Se
 
 def copy_targets(due: Sequence[int], holders: Mapping[int, Collection[str]],
                  candidates: Sequence[str], rates: Rates,
-                 load: Mapping[str, int] | None = None) -> dict[int, str]:
+                 load: Mapping[str, int] | None = None,
+                 room: Mapping[str, float] | None = None,
+                 nbytes: Sequence[int] | None = None) -> dict[int, str]:
     """Where each partition of ``due`` is copied: the candidate not among its ``holders``
     with the most scan rate to spare, its expected rate on the partition's rows shared with
     the copies it holds or receives (``load``, worker -> copies; those made here count too;
     the larger name on a tie). Every copy sent to the fastest worker would make one worker
     help all the stragglers (250 of them at 5 000 workers in the simulator). A partition
-    every candidate holds is left out."""
+    every candidate holds is left out, and so is a candidate whose memory ``room`` (worker
+    -> bytes; absent: no bound) is smaller than the partition's ``nbytes``."""
     if not due:
         return {}
     speed = rates.worker_speeds(candidates)
     load = dict(load or {})
+    room = dict(room or {})
     # A rate is speed / cost: ranked by speed once, each partition's search stops at the
     # first worker whose unshared rate is below the best share found (O(W log W) a call).
     ranked = sorted(candidates, key=lambda w: (speed[w], w), reverse=True)
@@ -155,13 +160,15 @@ def copy_targets(due: Sequence[int], holders: Mapping[int, Collection[str]],
         for w in ranked:
             if best is not None and speed[w] / cost < best[0]:
                 break
-            if w in holders[p]:
+            if w in holders[p] or (nbytes and room.get(w, math.inf) < nbytes[p]):
                 continue
             key = (speed[w] / cost / (1 + load.get(w, 0)), w)
             best = key if best is None else max(best, key)
         if best is not None:
-            out[p] = best[1]
-            load[best[1]] = load.get(best[1], 0) + 1
+            out[p] = w = best[1]
+            load[w] = load.get(w, 0) + 1
+            if nbytes and w in room:
+                room[w] -= nbytes[p]
     return out
 
 
@@ -232,6 +239,7 @@ class HelperPhase:
         self.rent_due = rent_due
         self.chunk_target = chunk_target
         self.combine = combine
+        self._no_room: set[int] = set()  # partitions noted as copied nowhere for memory
 
     def observe(self, owned: Sequence[PartialResult]) -> None:
         """Take in the round's own scans (speeds, costs)."""
@@ -245,7 +253,8 @@ class HelperPhase:
         the rounds, exceeds the copy's time; at once for a partition whose owner is in
         ``blocked``: silent, or its threads held by other work) to a fast worker without one
         (copies are spread: a worker's rate is shared with the copies it holds or receives),
-        up to ``daskabsp.replicas`` copies: from the next round on, helpers can scan its rows
+        up to ``daskabsp.replicas`` copies, never past a worker's memory room
+        (:attr:`Placement.copy_room`): from the next round on, helpers can scan its rows
         there. The round does not wait for it (:func:`copies_due`, :func:`copy_targets`)."""
         short = {p: rows for p, rows in shortfall([res.rows for res in owned], quotas).items()
                  if not placement.copying(p)}
@@ -254,9 +263,17 @@ class HelperPhase:
                                  slack=config.seconds("help-above"), blocked=blocked)
         holders = {p: placement.holders(p) for p in short}
         due = copies_due(short, paid, self.rent_due, holders, int(config.get("replicas")))
-        for p, worker in copy_targets(due, holders, free, self.rates,
-                                      placement.copy_load()).items():
+        targets = copy_targets(due, holders, free, self.rates, placement.copy_load(),
+                               placement.copy_room, placement.nbytes)
+        for p, worker in targets.items():
             placement.copy(p, worker)
+        for p in due:
+            if p not in targets and p not in self._no_room and set(free) - set(holders[p]):
+                self._no_room.add(p)
+                placement.link.journal.note(
+                    logger, logging.INFO, "partition %d not copied for helpers: no worker "
+                    "without it has room for its %.1f MB (below Dask's spill threshold, "
+                    "within daskabsp.copy-memory)", p, placement.nbytes[p] / 1e6)
 
     def leftovers(self, placement: Placement, book: PartitionBook,
                   owned: Sequence[PartialResult], quotas: Sequence[int],

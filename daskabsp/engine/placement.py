@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Collection, Mapping
 
@@ -78,6 +79,9 @@ class Placement:
         #: :meth:`copy_seconds`; kept current as copies are timed: the placement writes it,
         #: the helper phase reads it).
         self.copy_due: list[float] = []
+        #: Per worker with a memory limit, the bytes of copies it can still take (see
+        #: :meth:`copy_seconds`; the placement writes it, the helper phase reads it).
+        self.copy_room: dict[str, float] = {}
         self._nbytes: list[int] = []
 
     @classmethod
@@ -219,6 +223,12 @@ class Placement:
 
     # -- copies --------------------------------------------------------------------------------
 
+    @property
+    def nbytes(self) -> list[int]:
+        """Per partition, its bytes as the scheduler measured them (empty before
+        :meth:`copy_seconds`)."""
+        return self._nbytes
+
     def copying(self, p: int) -> bool:
         """Whether a copy of partition ``p`` is being made."""
         return p in self._copying
@@ -235,6 +245,8 @@ class Placement:
         """Start copying partition ``p`` to ``worker`` in the background; helpers read it
         there once it is made."""
         task = asyncio.ensure_future(self._copy(p, worker))
+        if self._nbytes and worker in self.copy_room:
+            self.copy_room[worker] -= self._nbytes[p]
         self._copying[p] = task
         self._copy_started[p] = time.perf_counter()
         self._copying_to[p] = worker
@@ -310,7 +322,10 @@ class Placement:
 
     def _copied(self, p: int, task: asyncio.Future) -> None:
         self._copying.pop(p, None)
-        self._copying_to.pop(p, None)
+        worker = self._copying_to.pop(p, None)
+        made = self.parts.copies and worker in self.parts.copies[p]
+        if not made and self._nbytes and worker in self.copy_room:
+            self.copy_room[worker] += self._nbytes[p]
         self._copy_started.pop(p, None)
         self._overdue.discard(p)
         if not task.cancelled() and task.exception() is not None:
@@ -351,11 +366,22 @@ class Placement:
         """Per partition, the time a copy of it is expected to take (:attr:`copy_due`, kept
         current from then on): its bytes (as the scheduler measured them) at the rate the
         last copies on this cluster crossed its links, else at the rate in-memory input was
-        scattered, else at ``daskabsp.copy-rate`` (dask arrays, copied worker to worker)."""
+        scattered, else at ``daskabsp.copy-rate`` (dask arrays, copied worker to worker).
+        Also each worker's room for copies (:attr:`copy_room`): below Dask's spill
+        threshold (:meth:`~daskabsp.engine.link.Link.memory_room`), and within
+        ``daskabsp.copy-memory`` times the most any worker holds of the fit's partitions."""
         keys = [[f.key for f in fs if f is not None] for fs in zip(
             self.parts.X, self.parts.y, self.parts.sample_weight, strict=True)]
         size = await known_nbytes(self.link.client, [k for ks in keys for k in ks])
         self._nbytes = [sum(int(size.get(k, 0)) for k in ks) for ks in keys]
+        held = await self.nbytes_by_worker()
+        self.copy_room = await self.link.memory_room(held)
+        bound = config.copy_memory()
+        if bound is not None:  # total held at most `bound` x the most a worker owns
+            most = max(held.values(), default=0)
+            for w in await self.link.threads():
+                room = bound * most - held.get(w, 0)
+                self.copy_room[w] = min(self.copy_room.get(w, math.inf), room)
         rate = (_LINK_RATES.get(self.link.client.scheduler.address) or self.scatter_rate
                 or float(config.nbytes("copy-rate")))
         self.copy_due = [b / max(rate, 1.0) for b in self._nbytes]

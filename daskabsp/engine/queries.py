@@ -6,9 +6,21 @@ from __future__ import annotations
 
 import math
 
+import dask
 from distributed import Future
 
 from ..extension import FORGET_HANDLER, ROUND_INFO_HANDLER, RoundId, silent_of, stuck_of
+
+
+def spill_threshold() -> float | None:
+    """The fraction of a worker's memory limit where Dask starts moving its data to disk:
+    ``distributed.worker.memory.target``, else ``.spill``, else ``.pause`` (None if all
+    three are off)."""
+    for key in ("target", "spill", "pause"):
+        value = dask.config.get(f"distributed.worker.memory.{key}")
+        if value:
+            return float(value)
+    return None
 
 
 class SchedulerQueries:
@@ -21,6 +33,23 @@ class SchedulerQueries:
     async def threads(self) -> dict[str, int]:
         """Threads per worker of the cluster now."""
         return await self.client.scheduler.ncores()
+
+    async def memory_room(self, held: dict[str, int]) -> dict[str, float]:
+        """Per worker with a memory limit, the bytes it can take before its managed memory
+        reaches the threshold where Dask starts spilling to disk (:func:`spill_threshold`):
+        a copy for helpers that made a worker spill would slow what it was meant to speed
+        up. Its managed memory is the larger of its last heartbeat's and ``held`` (worker ->
+        bytes of the fit's data on it, which a heartbeat may not count yet)."""
+        fraction = spill_threshold()
+        if fraction is None:
+            return {}
+        info = await self.client.scheduler.identity(n_workers=-1)
+        room = {}
+        for w, d in info.get("workers", {}).items():
+            if d.get("memory_limit"):
+                managed = (d.get("metrics") or {}).get("managed_bytes", 0)
+                room[w] = fraction * d["memory_limit"] - max(managed, held.get(w, 0))
+        return room
 
     async def silent(self, workers) -> set[str]:
         """Those of ``workers`` not heard from for ``daskabsp.unresponsive-after``."""
