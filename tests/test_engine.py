@@ -174,6 +174,20 @@ def test_no_copy_is_made_past_a_workers_memory_room(client, big, workers, settin
     assert h.attrs["max_worker_data_bytes"] < 1.5 * X.nbytes / 4
 
 
+def test_copy_memory_leaves_room_for_one_copy_of_a_quarter_share(client, big, workers):
+    """Four partitions per worker under ``daskabsp.copy-memory: 1.25``: each worker has
+    room for one copy, so the slow worker's partitions are still helped from copies, and no
+    worker holds more than 1.25x the most a worker holds of its own partitions."""
+    X, y = big
+    with slow_workers(client, {workers[0]: 8.0}), \
+            dask.config.set({"daskabsp.copy-memory": 1.25}):
+        res = fit(LogisticGD(C=C), X, y, sync="absp", max_iter=8, tol=None, n_partitions=16)
+    h = res.history
+    assert h.helped_rows.values.sum() > 0, h.helped_rows.values
+    own = 4 * (X.nbytes + y.nbytes) / 16  # a worker's four partitions
+    assert h.attrs["max_worker_data_bytes"] <= 1.25 * own * 1.001
+
+
 def test_drop_discards_straggler_statistics_and_keeps_cursor(client, big, workers):
     X, y = big
     slow = workers[0]
