@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import dask
 import numpy as np
 import pytest
 
@@ -60,8 +61,6 @@ def test_bad_input_raises_before_submitting(client, xy, make, kwargs, match):
 
 @pytest.mark.parametrize("value", [0.5, "lots", -1])
 def test_a_bad_copy_memory_setting_raises_before_submitting(client, xy, value):
-    import dask
-
     before = set(client.run_on_scheduler(daskabsp_keys))
     with dask.config.set({"daskabsp.copy-memory": value}), pytest.raises(
             ValueError, match=r"'daskabsp.copy-memory' setting must be None or a number >= 1 "
