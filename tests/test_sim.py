@@ -217,6 +217,8 @@ class _Placement:
         self._copying = set(rs.copying)
         self._load = dict(rs.copies_on)
         self.started: dict[int, str] = {}
+        self.copy_room: dict[str, float] = {}  # the simulated workers have no memory bound
+        self.nbytes: list[int] = []
 
     def copy_load(self) -> dict[str, int]:
         return self._load
