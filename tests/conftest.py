@@ -24,6 +24,17 @@ def pytest_runtest_makereport(item, call):
             gc.enable()
 
 
+@pytest.fixture(autouse=True)
+def fresh_link_rates(monkeypatch):
+    """Each test prices its first copy for helpers afresh: the link rates earlier tests'
+    copies measured on the shared cluster (slow ones on a loaded machine, or a copy cut
+    short) would otherwise hold back another test's copies (a full-suite run had a test's
+    first helped round at round 7 of 27)."""
+    from daskabsp.engine import placement
+
+    monkeypatch.setattr(placement, "_LINK_RATES", {})
+
+
 @pytest.fixture(scope="session")
 def cluster():
     """Four single-threaded worker processes (the behaviour under test depends on processes)."""
