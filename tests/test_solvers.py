@@ -82,10 +82,18 @@ def test_multinomial_above_hessian_size_matches_sklearn(many_classes, slowed, sy
     if sync == "absp":  # helpers cover what the straggler leaves once its copy exists
         rows = est.history_.rows_total.values
         assert (rows <= X.shape[0]).all() and (rows == X.shape[0]).mean() >= 0.5, rows
-        # Most rounds are helped; one whose straggler finished its few thousand rows before
-        # the stop reached it (a delay on the busy test machine) has nothing to help.
-        helped = est.history_.helped_rows.sum("partition").values > 0
-        assert helped.mean() >= 0.5, est.history_.helped_rows.values
+        # Once the copy exists (the rent rule makes it after a few rounds: round 7-11 of
+        # about 30 measured on a loaded machine), what the straggler's own scan leaves is
+        # helped (a round whose straggler finished its few thousand rows before the stop
+        # reached it, a delay on the busy test machine, has nothing to help).
+        h = est.history_
+        helped = h.helped_rows.values > 0
+        assert helped.any(), h.helped_rows.values
+        first = int(np.flatnonzero(helped.any(axis=1))[0])
+        own = h.rows.values - h.helped_rows.values
+        left = ((h.worker.values == slowed) & h.harvested.values
+                & (own < h.quota.values))[first:]
+        assert helped[first:][left].mean() >= 0.8, h.helped_rows.values
     if sync == "absp-paper":
         # partial rounds while they make progress, then full rounds to the end
         # (whether round 0 happens to be full depends on timing)
