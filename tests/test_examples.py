@@ -189,7 +189,10 @@ def test_notebook_shows_what_it_says(executed):
         assert data["lines"] == data["rounds"]
         assert data["coef_gap"] < 1e-2  # scikit-learn stops at its own tol
         assert data["inertia_ratio"] < 1.01
-        assert data["ignored_change"] < 1e-8
+        # Two BSP fits agree to well within the solver's tol, not bit for bit: the stride
+        # of the rows a round's Hessian is estimated from is chosen from measured times
+        # (1.2e-6 apart in one CI emulation run, 0 in others).
+        assert data["ignored_change"] < 1e-5
         assert data["harvested"] > 0
         assert len(bars) == 4
     elif name == "glm_lasso_straggler.ipynb":
