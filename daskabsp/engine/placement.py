@@ -43,6 +43,17 @@ _LINK_RATES: dict[str, float] = {}
 _TIMED_BYTES = 1e6
 
 
+def within_share(room: dict[str, float], held: Mapping[str, int], bound: float | None,
+                 workers: Collection[str]) -> dict[str, float]:
+    """``room`` (worker -> bytes of copies it may take) bounded so that each of ``workers``
+    holds at most ``bound`` (``daskabsp.copy-memory``) times the most any worker ``held``."""
+    if bound is None:
+        return room
+    most = max(held.values(), default=0)
+    return {**room, **{w: min(room.get(w, math.inf), bound * most - held.get(w, 0))
+                       for w in workers}}
+
+
 class Placement:
     """The rows of one fit on the cluster.
 
@@ -375,13 +386,9 @@ class Placement:
         size = await known_nbytes(self.link.client, [k for ks in keys for k in ks])
         self._nbytes = [sum(int(size.get(k, 0)) for k in ks) for ks in keys]
         held = await self.nbytes_by_worker()
-        self.copy_room = await self.link.memory_room(held)
         bound = config.copy_memory()
-        if bound is not None:  # total held at most `bound` x the most a worker owns
-            most = max(held.values(), default=0)
-            for w in await self.link.threads():
-                room = bound * most - held.get(w, 0)
-                self.copy_room[w] = min(self.copy_room.get(w, math.inf), room)
+        self.copy_room = within_share(await self.link.memory_room(held), held, bound,
+                                      await self.link.threads() if bound else ())
         rate = (_LINK_RATES.get(self.link.client.scheduler.address) or self.scatter_rate
                 or float(config.nbytes("copy-rate")))
         self.copy_due = [b / max(rate, 1.0) for b in self._nbytes]

@@ -228,6 +228,23 @@ class _Steps:
     models: list = field(default_factory=list)
 
 
+def _fresh_region(prog: Program, state: NewtonState, blk: _Block, p: Pending | None,
+                  tr: TrustRegion) -> TrustRegion:
+    """The trust region of a block's step: ``tr``, or afresh on the fit's first full round."""
+    full = blk.exact and blk.f_at is None  # every row, at these parameters
+    if state.full and full and not (p is not None and p.exact and not p.stitched):
+        # The first round over every row of those that end the fit: the radius was
+        # learnt judging partial rounds, and on rows unlike the others (sorted by label)
+        # those take back step after step, each quartering it. From there it doubles a
+        # round at most (measured: 500 000 x 60, 3 classes, 4 workers: 1e-4 of the step
+        # needed, and 10 to 90 extra full rounds). The exact model starts afresh; its
+        # own ratio test judges the step next round. (Not before the fit's full rounds:
+        # a long step from a round over every row, left unjudged because a partial round
+        # came next, diverged: see test_row_cost.)
+        return TrustRegion(max(tr.radius, prog.initial_radius(blk.f)))
+    return tr
+
+
 def _step_blocks(prog: Program, state: NewtonState, blocks: list[_Block],
                  cv: Curvature, memory: list) -> _Steps:
     """Each block's ratio test of its last step, then its next trust-region step (or the
@@ -246,17 +263,8 @@ def _step_blocks(prog: Program, state: NewtonState, blocks: list[_Block],
                               state.scale[b] if lbfgs else None)
 
         tr, keep, p = TrustRegion(out.radius[b]), True, pending[b]
+        tr = _fresh_region(prog, state, blk, p, tr)
         full = blk.exact and blk.f_at is None  # every row, at these parameters
-        if state.full and full and not (p is not None and p.exact and not p.stitched):
-            # The first round over every row of those that end the fit: the radius was
-            # learnt judging partial rounds, and on rows unlike the others (sorted by label)
-            # those take back step after step, each quartering it. From there it doubles a
-            # round at most (measured: 500 000 x 60, 3 classes, 4 workers: 1e-4 of the step
-            # needed, and 10 to 90 extra full rounds). The exact model starts afresh; its
-            # own ratio test judges the step next round. (Not before the fit's full rounds:
-            # a long step from a round over every row, left unjudged because a partial round
-            # came next, diverged: see test_row_cost.)
-            tr = TrustRegion(max(tr.radius, prog.initial_radius(blk.f)))
         if p is not None and p.exact == blk.exact and not (full and p.stitched):
             # Estimates from a pass model and a round's differ by more than a step's effect:
             # only estimates of the same kind are compared. The pass model is compared
