@@ -73,6 +73,12 @@ class Policy:
         return 0.0
 
     @property
+    def patience(self) -> float:
+        """How long a round with no known straggler waits past its quorum before it stops
+        the rest, as a share of the quorum's time (0: stop at once)."""
+        return 0.0
+
+    @property
     def keep_partial(self) -> bool:
         """Whether the statistics of a partition stopped before its quota are used."""
         return True
@@ -190,10 +196,20 @@ class ABSP(Policy):
         rows).
         A round whose workers are expected (from their last measured rates) to finish
         within this share of each other is not stopped at all.
+    patience : float in [0, inf), default=1.0
+        While no worker is known to straggle (none expected, from its recent rates, to
+        take more than ``1 + patience`` times the least busy one's time), a round that
+        reaches its quorum stops the rest only if they have not finished after a further
+        ``patience`` times the time the quorum took: a round without a straggler, whose
+        workers finish a little apart (a busy core, a page fault), then counts every row as
+        BSP's does, and one with a straggler that appears without warning still ends. A
+        round with a known straggler stops at its quorum. 0: always at the quorum, as
+        published.
 
     See Also
     --------
-    ABSP.published : A-BSP as published (no helpers, a quorum of partitions, no grace).
+    ABSP.published : A-BSP as published (no helpers, a quorum of partitions, no grace, no
+        patience).
 
     References
     ----------
@@ -209,8 +225,8 @@ class ABSP(Policy):
     >>> daskabsp.ABSP()                             # what sync="absp" means
     ABSP(quorum=1, on_quorum='harvest', cursor='resume', helpers=True, count='workers', ...)
     >>> paper = daskabsp.ABSP.published()           # A-BSP as in the paper
-    >>> paper.helpers, paper.count, paper.grace
-    (False, 'partitions', 0.0)
+    >>> paper.helpers, paper.count, paper.grace, paper.patience
+    (False, 'partitions', 0.0, 0.0)
     >>> clf = LogisticRegression(sync=paper).fit(X, y)
     >>> clf.history_.attrs["policy"] == repr(paper)
     True
@@ -236,12 +252,13 @@ class ABSP(Policy):
     helpers: bool = True
     count: Literal["workers", "partitions"] = "workers"
     grace: float = 0.1
+    patience: float = 1.0
 
     @classmethod
     def published(cls, **kwargs) -> ABSP:
         """A-BSP as published (Wang et al. 2018): no helpers, the round ends when the first
         partition finishes (``count="partitions"``), stopped partitions stop at once
-        (``grace=0``).
+        (``grace=0``), and so does the round at its quorum (``patience=0``).
 
         Parameters
         ----------
@@ -253,7 +270,8 @@ class ABSP(Policy):
         ABSP
             The policy.
         """
-        return cls(**{"helpers": False, "count": "partitions", "grace": 0.0, **kwargs})
+        return cls(**{"helpers": False, "count": "partitions", "grace": 0.0,
+                      "patience": 0.0, **kwargs})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -267,6 +285,12 @@ class ABSP(Policy):
             raise ValueError(
                 "The 'grace' parameter of ABSP must be a float in the range [0, 1). "
                 f"Got {g!r} instead."
+            )
+        t = self.patience
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < float("inf"):
+            raise ValueError(
+                "The 'patience' parameter of ABSP must be a float in the range [0, inf). "
+                f"Got {t!r} instead."
             )
         if not isinstance(self.helpers, bool):
             raise ValueError(

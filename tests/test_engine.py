@@ -5,6 +5,7 @@ from __future__ import annotations
 import dask
 import numpy as np
 import pytest
+from distributed import Client
 from scipy.special import expit
 from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
@@ -423,3 +424,21 @@ def test_plugin_forgets_finished_rounds(client, data):
 
 def _held_reports(dask_worker) -> int:
     return len(dask_worker.extensions["daskabsp"]._held)
+
+
+@pytest.mark.parametrize("signal", ["scheduler", "driver"])
+def test_patience_lets_a_slightly_slow_worker_finish_and_published_stops_it(
+        cluster, client, big, workers, signal):
+    """A worker 1.3x slower is no straggler worth leaving behind: with patience its rounds
+    count every row (nothing harvested), on either stop path; without, it is harvested."""
+    X, y = big
+    kw = dict(max_iter=6, tol=None, n_partitions=4)
+    with dask.config.set({"daskabsp.signal": signal}), Client(cluster) as c, \
+            slow_workers(c, {workers[0]: 1.3}):
+        patient = fit(LogisticGD(C=C), X, y, client=c, **kw,
+                      sync=ABSP(helpers=False, grace=0.0, patience=9.0))
+        hasty = fit(LogisticGD(C=C), X, y, client=c, **kw,
+                    sync=ABSP(helpers=False, grace=0.0, patience=0.0))
+    h = patient.history
+    assert not h.harvested.any() and (h.rows == h.partition_size).all()
+    assert hasty.history.harvested.any()

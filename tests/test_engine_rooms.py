@@ -18,7 +18,7 @@ from daskabsp.extension._core import PartialResult
 from daskabsp.extension._protocol import RoundId
 
 POLICIES = [BSP(), ABSP(), ABSP.published(), ABSP(helpers=False), ABSP(on_quorum="drop"),
-            ABSP(quorum=2), ABSP(cursor="restart", helpers=False)]
+            ABSP(quorum=2), ABSP(cursor="restart", helpers=False), ABSP(patience=3.0)]
 WORKERS = ["tcp://a", "tcp://b", "tcp://c", "tcp://d"]
 
 
@@ -80,19 +80,46 @@ def test_plan_follows_the_policy(policy, sizes, full, helpers, expected, wanted,
     helped = helpers and policy.helped
     if full and (balanced or not helped):  # a full round runs as BSP: every row, no stop
         assert plan.quorum == 0 and plan.quotas == tuple(sizes) and plan.full
-    elif balanced:  # no straggler expected: nothing to stop, every quota covered
+    elif balanced and not policy.patience:  # no straggler expected, every quota covered
         assert plan.quorum == 0 and plan.quotas == tuple(quotas) and not plan.helped
     else:  # stopped at the quorum; with helpers, they cover the quotas, full or not
         assert plan.quorum == policy.round_quorum(len(sizes))
         assert plan.helped == (helped and (full or wanted)) and plan.copies == helped
         assert plan.quotas == tuple(quotas) and plan.full == full
         assert plan.unit == policy.quorum_unit
+        # patience, unless a worker is expected to straggle past it
+        straggler = expected is not None and expected[-1] > 1 + policy.patience
+        assert plan.patience == (0.0 if straggler else policy.patience)
         assert all(0 <= g < q for g, q in zip(plan.grace, quotas, strict=True))
         # the grace only while at least half the workers are expected within it
         near = expected is None or sum(e <= within for e in expected) >= len(expected) / 2
         for p, q in enumerate(quotas):
             kept = full and plan.helped and copied is not None and not copied[p]
             assert plan.grace[p] == (q - 1 if kept else int(policy.grace * q) * near)
+
+
+def test_steady_rate_is_the_best_of_the_last_scans_so_one_slow_round_is_no_straggler():
+    book = PartitionBook((100, 100), [100, 100])
+    assert book.steady_rate() == [None, None]
+    for secs in (8.0, 1.0, 4.0):  # partition 1 slowed by its cold start, then a busy core
+        book.record([0, 0], [True, True],
+                    [PartialResult(None, 100, 0, False, 1.0, 0.0, 1.0, "a", 0),
+                     PartialResult(None, 100, 0, False, secs, 0.0, secs, "b", 0)],
+                    probe_rows=10, chunk_target=0.01)
+    assert book.rate == [100.0, 25.0]
+    assert book.steady_rate() == [100.0, 100.0]
+    policy = ABSP()
+    plan = plan_round(policy, book.quotas, book.sizes, full=False, helpers=True,
+                      expected=expected_scans(book.quotas, book.steady_rate(), ["a", "b"]))
+    assert plan.quorum == 1 and plan.patience == policy.patience  # balanced: it waits
+    for _ in range(3):  # slow round after round: a straggler, stopped at the quorum
+        book.record([0, 0], [True, True],
+                    [PartialResult(None, 100, 0, False, 1.0, 0.0, 1.0, "a", 0),
+                     PartialResult(None, 100, 0, False, 4.0, 0.0, 4.0, "b", 0)],
+                    probe_rows=10, chunk_target=0.01)
+    plan = plan_round(policy, book.quotas, book.sizes, full=False, helpers=True,
+                      expected=expected_scans(book.quotas, book.steady_rate(), ["a", "b"]))
+    assert plan.quorum == 1 and plan.patience == 0.0
 
 
 def test_expected_scans_are_each_worker_over_the_least_busy():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -123,6 +124,34 @@ def test_a_quorum_of_partitions_stops_at_the_first_finish():
         reg.announce(i, RoundId("f", 0).annotation(1), "c")
         reg.processing(i, w)
     assert reg.finished(0) is not None
+
+
+@given(st.floats(0.01, 10.0), st.floats(0.0, 100.0), st.floats(0.0, 100.0),
+       st.booleans())
+def test_with_patience_the_quorum_sets_a_deadline_and_only_an_open_round_expires(
+        patience, took, later, all_done):
+    """A round with patience is not stopped at its quorum: its deadline is the quorum's
+    time (from the announcement) times the patience after the quorum; at the deadline it is
+    stopped, once, only if a task is still open."""
+    now = [1000.0]
+    reg = RoundRegistry(clock=lambda: now[0])
+    rid = RoundId("f", 0)
+    for i, w in enumerate("ab"):
+        reg.announce(i, rid.annotation(1, "partitions", patience), "c")
+        reg.processing(i, w)
+    now[0] += took
+    assert reg.finished(0) is None  # no stop at the quorum
+    r = reg.rounds[str(rid)]
+    assert r.deadline == pytest.approx(1000.0 + took + patience * took) and not r.stopped
+    now[0] += later
+    if all_done:
+        assert reg.finished(1) is None and reg.expire(str(rid)) is None  # settled: no stop
+        assert not r.stopped
+    else:
+        stop = reg.expire(str(rid))
+        assert stop is r and r.stopped and r.t_quorum == now[0]
+        assert reg.expire(str(rid)) is None  # once
+        assert reg.finished(1) is None
 
 
 def test_forgetting_a_fit_drops_its_log_and_keeps_running_rounds_out_of_it():

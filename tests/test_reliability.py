@@ -50,9 +50,11 @@ def test_four_fits_from_four_threads_keep_to_themselves(client, workers, data):
             assert not h.harvested.values.any()
             assert (h.rows_total.values == len(y)).all()
         else:
-            # its own rounds were stopped at their quorum (whether a partition was still
-            # running then depends on how the four fits' tasks interleave on the workers)
-            assert np.isfinite(h.stop_time.values).all()
+            # once the straggler is measured (its first scan is left out as a cold start),
+            # its own rounds were stopped at their quorum without patience (whether a
+            # partition was still running then depends on how the four fits' tasks
+            # interleave on the workers)
+            assert np.isfinite(h.stop_time.values[2:]).all()
 
 
 def _fits_of_client(client_id: str, dask_scheduler=None) -> list[str]:

@@ -3,6 +3,7 @@ and how long it went without being counted (pure, no Dask)."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -28,6 +29,11 @@ class PartitionBook:
         Rounds since each partition's statistics last counted (most stale submitted first).
     rate : list of float or None
         Rows per second of each partition's last own scan (None: not measured yet).
+    recent : list of deque
+        Rows per second of each partition's last :data:`RECENT` own scans, its first scan
+        left out (it pays the worker's cold start: measured, 5-10x the next one's time).
+    scans : list of int
+        Own scans measured per partition.
     """
 
     sizes: tuple[int, ...]
@@ -36,6 +42,8 @@ class PartitionBook:
     chunk_rows: list[int | None] = field(default_factory=list)
     staleness: list[int] = field(default_factory=list)
     rate: list[float | None] = field(default_factory=list)
+    recent: list[deque] = field(default_factory=list)
+    scans: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n = len(self.sizes)
@@ -43,9 +51,17 @@ class PartitionBook:
         self.chunk_rows = self.chunk_rows or [None] * n
         self.staleness = self.staleness or [0] * n
         self.rate = self.rate or [None] * n
+        self.recent = self.recent or [deque(maxlen=RECENT) for _ in range(n)]
+        self.scans = self.scans or [0] * n
 
     def __len__(self) -> int:
         return len(self.sizes)
+
+    def steady_rate(self) -> list[float | None]:
+        """Each partition's best rate over its last :data:`RECENT` own scans after its
+        first (None: not measured yet): a worker slowed for one round by a busy core or its
+        cold start does not look like a straggler; one slow round after round does."""
+        return [max(r) if r else None for r in self.recent]
 
     def order(self) -> list[int]:
         """The partitions in submission order: those that got nothing last go first (workers
@@ -68,6 +84,9 @@ class PartitionBook:
             self.staleness[p] = 0 if counted[p] else self.staleness[p] + 1
             if own.rows > 0 and own.compute_seconds > 0:
                 self.rate[p] = own.rows / own.compute_seconds
+                self.scans[p] += 1
+                if self.scans[p] > 1:
+                    self.recent[p].append(self.rate[p])
             if own.chunk_rows and own.rows >= 4 * own.chunk_rows:
                 # Refine from the whole scan's speed (the probe chunk is noisy). Not below the
                 # probe's rows: a chunk's fixed cost (its share of statistics the size of the
@@ -79,6 +98,10 @@ class PartitionBook:
                                              / max(own.compute_seconds, 1e-9)))
             elif own.chunk_rows:
                 self.chunk_rows[p] = own.chunk_rows
+
+
+#: Own scans per partition that :meth:`PartitionBook.steady_rate` takes the median of.
+RECENT = 3
 
 
 def quotas_of(quota: int | float | None, sizes: Sequence[int]) -> list[int]:

@@ -155,8 +155,10 @@ class Path:
         """The program as the tasks take it."""
         return program
 
-    async def watch(self, link: Link, futs: list[Future], rid: RoundId, quorum: int) -> None:
-        """Stop round ``rid`` once ``quorum`` of ``futs`` have finished (0: never)."""
+    async def watch(self, link: Link, futs: list[Future], rid: RoundId, quorum: int,
+                    patience: float = 0.0) -> None:
+        """Stop round ``rid`` once ``quorum`` of ``futs`` have finished (0: never), and
+        ``patience`` times the time that took has passed without the rest finishing."""
 
 
 class SchedulerPath(Path):
@@ -168,15 +170,25 @@ class SchedulerPath(Path):
 class DriverPath(Path):
     """The fitting process stops the round: it counts the results as they arrive."""
 
-    async def watch(self, link: Link, futs: list[Future], rid: RoundId, quorum: int) -> None:
+    async def watch(self, link: Link, futs: list[Future], rid: RoundId, quorum: int,
+                    patience: float = 0.0) -> None:
         if not quorum:
             return
+        t0 = link.submitted_at(rid)
         done = 0
         async for _ in as_completed(futs, loop=link.client.loop):
             done += 1
             if done == quorum:
-                stop_in_background(link.client, [str(rid)])
+                break
+        else:
+            return
+        if patience > 0 and done < len(futs):
+            rest = [f for f in futs if not f.done()]
+            wait = patience * (time.perf_counter() - t0)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(wait_all(link.client, rest), wait)
                 return
+        stop_in_background(link.client, [str(rid)])
 
 
 class OpaquePath(DriverPath):
@@ -268,9 +280,10 @@ class Link(SchedulerQueries):
     # -- submitting ----------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _annotated(self, rid: RoundId, quorum: int, unit: str = "partitions") -> Iterator[None]:
+    def _annotated(self, rid: RoundId, quorum: int, unit: str = "partitions",
+                   patience: float = 0.0) -> Iterator[None]:
         with distributed.span("daskabsp", f"{self.program.name}-{self.fit_id}"), \
-                dask.annotate(daskabsp=rid.annotation(quorum, unit)):
+                dask.annotate(daskabsp=rid.annotation(quorum, unit, patience)):
             yield
 
     def _submit(self, name, func, *args, key, workers=None, priority=0, **kwargs) -> Future:
@@ -279,21 +292,24 @@ class Link(SchedulerQueries):
         return self.path.submit(self.client, name, func, args, kwargs, opts)
 
     def submit_round(self, rid: RoundId, quorum: int, params, tasks: list[ScanTask],
-                     chunk_target: float, unit: str = "partitions") -> list[Future]:
+                     chunk_target: float, unit: str = "partitions",
+                     patience: float = 0.0) -> list[Future]:
         """Submit ``tasks`` as round ``rid``, stopped once ``quorum`` partitions (or workers,
-        ``unit``) have finished (0: never), each soft-pinned to its owner and started by
-        priority (workers start tasks in the order they arrive, then). Returns the futures in
-        partition order."""
+        ``unit``) have finished (0: never) and a further ``patience`` times the time that
+        took has passed, each soft-pinned to its owner and started by priority (workers
+        start tasks in the order they arrive, then). Returns the futures in partition
+        order."""
         prefix = rid.key_prefix(self.program.name)
         program = self.path.program(self.program)
         self._submitted[str(rid)] = time.perf_counter()
         # the first task to finish ends the round: it stops the others on its worker at once
-        ends = quorum == 1 and unit == "partitions"
+        ends = quorum == 1 and unit == "partitions" and not patience
         calls = [((prefix, t.partition), (program, params, *t.data),
                   dict(round_id=str(rid), cursor=t.cursor, quota=t.quota,
                        chunk_rows=t.chunk_rows, chunk_target=chunk_target, ends_round=ends,
                        grace_rows=t.grace_rows), t.owner, t.priority) for t in tasks]
-        with self._annotated(rid, quorum, unit if self.path.scheduler_plugin else "partitions"):
+        with self._annotated(rid, quorum, unit if self.path.scheduler_plugin else "partitions",
+                             patience):
             if self.path.one_graph:
                 got = self._submit_graph(run_partition, calls)
             else:
@@ -376,8 +392,10 @@ class Link(SchedulerQueries):
         return got
 
     async def collect(self, futs: list[Future], rid: RoundId, cursors: list[int], *,
-                      quorum: int, settle: bool, deadline: float | None = None) -> Collected:
-        """Round ``rid``'s results, once it is stopped (at ``quorum``; 0: never) and settled.
+                      quorum: int, settle: bool, deadline: float | None = None,
+                      patience: float = 0.0) -> Collected:
+        """Round ``rid``'s results, once it is stopped (at ``quorum``, 0: never, and
+        ``patience``, see :meth:`submit_round`) and settled.
 
         With ``settle``, on the scheduler path, stop waiting once the scheduler says the round
         has settled: a task still queued when the stop reached its worker computes nothing,
@@ -391,7 +409,8 @@ class Link(SchedulerQueries):
         (``dropped``, with idle results), as are those whose data was lost with a worker.
         """
         if deadline is None:
-            got = await self._collect(futs, rid, cursors, quorum=quorum, settle=settle)
+            got = await self._collect(futs, rid, cursors, quorum=quorum, settle=settle,
+                                      patience=patience)
         else:
             got = await self._collect_by(deadline, futs, rid, cursors, quorum=quorum,
                                          settle=settle)
@@ -432,6 +451,10 @@ class Link(SchedulerQueries):
         await self.cancel([f for i, f in enumerate(futs) if i in dropped])
         return Collected(results, {}, set(), dropped)
 
+    def submitted_at(self, rid: RoundId) -> float:
+        """When round ``rid``'s wave was submitted (``time.perf_counter``)."""
+        return self._submitted.get(str(rid), time.perf_counter())
+
     def _timed(self, rid: str, results: list) -> None:
         """Take in the overhead of wave ``rid``: its time from submission to collected, less
         its longest task's scan (a helpers' task scans its pieces one after another)."""
@@ -445,9 +468,9 @@ class Link(SchedulerQueries):
         self.wave_overhead = x if old is None else old + (x - old) / 3
 
     async def _collect(self, futs: list[Future], rid: RoundId, cursors: list[int], *,
-                      quorum: int, settle: bool) -> Collected:
+                      quorum: int, settle: bool, patience: float = 0.0) -> Collected:
         """:meth:`collect`, without the timing."""
-        await self.path.watch(self, futs, rid, quorum)
+        await self.path.watch(self, futs, rid, quorum, patience)
         if not (settle and self.path.scheduler_plugin):
             return Collected(await self.gather(futs), {}, set())
         settled = getattr(self.client.scheduler, SETTLED_HANDLER)

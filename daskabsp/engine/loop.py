@@ -108,7 +108,7 @@ class RoundLoop(FitLoop):
             params = program.params(state)
             plan = plan_round(policy, book.quotas, book.sizes, helpers=self.helpers is not None,
                               full=program.full_round(state), expected=expected_scans(
-                                  book.quotas, book.rate, self.placement.owner),
+                                  book.quotas, book.steady_rate(), self.placement.owner),
                               help_wanted=program.help_round(state),
                               copied=[bool(self.placement.copy_holders(p))
                                       for p in range(len(book.sizes))])
@@ -170,9 +170,10 @@ class RoundLoop(FitLoop):
         try:
             async with link.round_params(params, rid) as arg:
                 futs = link.submit_round(rid, plan.quorum, arg, self._tasks(plan),
-                                         options.chunk_target, plan.unit)
+                                         options.chunk_target, plan.unit, plan.patience)
                 got = await link.collect(futs, rid, self.book.cursor, quorum=plan.quorum,
-                                         settle=self.ctx.policy.stops)
+                                         settle=self.ctx.policy.stops,
+                                         patience=plan.patience)
                 helped = await self._help(rid, plan, arg, got.results,
                                           self.membership.blocked(got.late.values(),
                                                                   got.occupied))

@@ -40,6 +40,9 @@ class RoundPlan:
     copies : bool
         Copies of the partitions whose workers fall behind are made (as in a helped round),
         though this round has no helper phase: for the helped rounds to come.
+    patience : float
+        Once the quorum has finished, the others are stopped only after a further
+        ``patience`` times the quorum's time (0: at once; see :class:`~daskabsp.ABSP`).
     """
 
     quorum: int
@@ -49,13 +52,15 @@ class RoundPlan:
     unit: str = "partitions"
     grace: tuple[int, ...] = ()
     copies: bool = False
+    patience: float = 0.0
 
 
 def expected_scans(quotas: Sequence[int], rates: Sequence[float | None],
                    owner: Sequence[str]) -> tuple[float, ...] | None:
     """How long each worker is expected to scan this round, relative to the least busy one
-    (ratios, ascending from 1, from each partition's last measured rate); None while a rate
-    is unknown."""
+    (ratios, ascending from 1, from each partition's measured rate, e.g.
+    :meth:`~daskabsp.engine.book.PartitionBook.steady_rate`); None while a rate is
+    unknown."""
     if any(r is None or r <= 0 for r in rates):
         return None
     busy: dict[str, float] = {}
@@ -80,14 +85,20 @@ def plan_round(policy: Policy, quotas: Sequence[int], sizes: Sequence[int], *, f
     (stopped at the quorum, the helpers covering the rest), and run as BSP otherwise: every
     partition scans all its rows, nobody stopped. A round the program does not want helped
     is A-BSP as published: one wave, the partial rows counted. A round whose workers are
-    expected to finish within the policy's grace of each other is not stopped either: there
-    is no straggler to leave behind, and a stop would only cut rows short. The grace (a
+    expected to finish within the policy's grace of each other is not stopped either
+    without patience: there is no straggler to leave behind, and a stop would only cut rows
+    short (with patience, it keeps its quorum and waits). The grace (a
     stopped partition with at most that share of its quota left finishes it) applies only
     while at least half the workers are expected within it of the least busy, or nothing is
     measured yet. In a full round, a partition without a copy elsewhere (``copied[p]``
     False) is not cut short once it has started: its helpers could only be its own worker,
     scanning the same rows after a stop and a second task (its grace is then its quota less
     one row, so a task still queued at the stop still returns at once).
+
+    A stopped round waits the policy's patience past its quorum unless a worker is expected
+    to take longer than ``1 + patience`` times the least busy one: no known straggler, no
+    stop at the quorum's time (a round whose tasks finish a little apart then costs what
+    BSP's does), while a known straggler is left behind at once.
     """
     quorum = policy.round_quorum(len(sizes)) if policy.stops else 0
     full = full and quorum > 0  # with quorum 0 every round covers every quota anyway
@@ -96,7 +107,7 @@ def plan_round(policy: Policy, quotas: Sequence[int], sizes: Sequence[int], *, f
     helped = helpers and policy.helped
     if full and (balanced or not helped):
         return RoundPlan(0, tuple(sizes), True, False)
-    if not quorum or balanced:
+    if not quorum or (balanced and not policy.patience):
         return RoundPlan(0, tuple(quotas), False, False)
     # The grace spares rows that are about to be counted, at the price of every worker
     # waiting up to its share of a scan: worth it while most workers are near the end with
@@ -107,8 +118,10 @@ def plan_round(policy: Policy, quotas: Sequence[int], sizes: Sequence[int], *, f
     if full and helped and copied is not None:
         grace = tuple(g if c else max(q - 1, 0)
                       for g, q, c in zip(grace, quotas, copied, strict=True))
+    straggler = expected is not None and max(expected) > 1 + policy.patience
     return RoundPlan(quorum, tuple(quotas), full, helped and (full or help_wanted),
-                     policy.quorum_unit, grace, copies=helped)
+                     policy.quorum_unit, grace, copies=helped,
+                     patience=0.0 if straggler else policy.patience)
 
 
 @dataclass(frozen=True, slots=True)

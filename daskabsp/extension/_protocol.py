@@ -14,7 +14,7 @@ from typing import TypedDict
 #: The name of the scheduler plugin, of the worker plugin, and of the worker's extension.
 PLUGIN_NAME = "daskabsp"
 #: The annotation naming a task's round:
-#: ``{"fit", "round", "attempt", "phase", "quorum", "unit"}``.
+#: ``{"fit", "round", "attempt", "phase", "quorum", "unit", "patience"}``.
 ANNOTATION = "daskabsp"
 #: The key prefix (``dask.utils.key_split``) of the tasks that copy a partition to a worker
 #: for helpers. The scheduler plugin keeps Dask's work stealing off them: a copy stolen onto
@@ -107,11 +107,14 @@ class RoundId:
             s += f".{self.phase}"
         return s
 
-    def annotation(self, quorum: int, unit: str = "partitions") -> dict:
+    def annotation(self, quorum: int, unit: str = "partitions",
+                   patience: float = 0.0) -> dict:
         """The task annotation of this round's tasks (``quorum`` 0: never stopped; ``unit``:
-        what the quorum counts, finished ``"partitions"`` or ``"workers"``)."""
+        what the quorum counts, finished ``"partitions"`` or ``"workers"``; ``patience``:
+        the stop comes that many times the quorum's time after the quorum)."""
         return {"fit": self.fit, "round": self.round, "attempt": self.attempt,
-                "phase": self.phase, "quorum": quorum, "unit": unit}
+                "phase": self.phase, "quorum": quorum, "unit": unit,
+                "patience": float(patience)}
 
     @classmethod
     def from_annotation(cls, a: dict) -> RoundId:

@@ -3,9 +3,10 @@
 A round's tasks are *announced* (from their annotation), then each one *finishes*, *errs*,
 is *forgotten* or is *reported idle* by its worker (it was still queued when the stop
 arrived: it computes nothing). The round is *settled* when none of its tasks is still open,
-and *stopped* once, when its quorum of tasks has finished. :class:`RoundRegistry` keeps that
-bookkeeping and says what to do (stop a round, tell waiters it settled); the plugin
-(:mod:`daskabsp.extension`) does it.
+and *stopped* once: when its quorum of tasks has finished, or, with patience, when its
+deadline *expires* (patience times the quorum's time after the quorum) with tasks open.
+:class:`RoundRegistry` keeps that bookkeeping and says what to do (stop a round, tell
+waiters it settled); the plugin (:mod:`daskabsp.extension`) does it.
 """
 
 from __future__ import annotations
@@ -46,6 +47,13 @@ class Round:
         ``{key: worker}`` of the tasks reported idle.
     occupied : set
         Workers that reported tasks idle because other work held all their threads.
+    patience : float
+        The stop comes this many times the quorum's time (from the announcement) after the
+        quorum (0: with it).
+    t_announced : float
+        When its first task was announced.
+    deadline : float or None
+        When it is stopped if tasks are still open (set at its quorum, with patience).
     """
 
     rid: str
@@ -58,6 +66,9 @@ class Round:
     open: set = field(default_factory=set)
     idle: dict = field(default_factory=dict)
     occupied: set = field(default_factory=set)
+    patience: float = 0.0
+    t_announced: float = 0.0
+    deadline: float | None = None
     finished: int = 0
     on: dict = field(default_factory=dict)  # open key -> worker it is processing on
     load: dict = field(default_factory=dict)  # worker -> its open keys (unit "workers")
@@ -142,7 +153,9 @@ class RoundRegistry:
         if r is None:
             r = self.rounds[rid] = Round(rid, round_id.round, round_id.fit,
                                          int(annotation["quorum"]),
-                                         str(annotation.get("unit", "partitions")), client)
+                                         str(annotation.get("unit", "partitions")), client,
+                                         patience=float(annotation.get("patience", 0.0)),
+                                         t_announced=self._clock())
         r.keys.add(key)
         r.open.add(key)
         self.key_round[key] = r
@@ -178,7 +191,9 @@ class RoundRegistry:
 
     def finished(self, key: Hashable) -> Round | None:
         """Task ``key`` finished (``processing -> memory``). Returns its round if that round
-        must be stopped now (its quorum reached; once per round)."""
+        must be stopped now (its quorum reached without patience; once per round); with
+        patience, the quorum sets the round's :attr:`Round.deadline` (call :meth:`expire`
+        then)."""
         r = self.key_round.get(key)
         if r is None:
             return None
@@ -191,11 +206,26 @@ class RoundRegistry:
             count = len(r.done_workers)
         else:
             count = r.finished
-        if not r.stopped and r.quorum and count >= r.quorum:
-            r.stopped = True
-            r.t_quorum = self._clock()
-            return r
-        return None
+        if r.stopped or not r.quorum or count < r.quorum or r.deadline is not None:
+            return None
+        now = self._clock()
+        if r.patience > 0:
+            if r.open:
+                r.deadline = now + r.patience * max(now - r.t_announced, 0.0)
+            return None
+        r.stopped = True
+        r.t_quorum = now
+        return r
+
+    def expire(self, rid: str) -> Round | None:
+        """Round ``rid``'s deadline has come: returns the round if it must be stopped now
+        (tasks still open, not stopped yet)."""
+        r = self.rounds.get(rid)
+        if r is None or r.stopped or not r.open or r.deadline is None:
+            return None
+        r.stopped = True
+        r.t_quorum = self._clock()
+        return r
 
     def erred(self, key: Hashable) -> None:
         """Task ``key`` failed: it settles, nothing more will come of it."""

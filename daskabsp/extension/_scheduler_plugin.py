@@ -135,8 +135,12 @@ class AbspSchedulerPlugin(SchedulerPlugin):
                 self._drop_fetched_sources(key)
             return
         if finish == "memory" and start == "processing":
+            had = r.deadline
             if reg.finished(key) is not None:
                 self._stop(r)
+            elif had is None and r.deadline is not None:  # its quorum, with patience
+                asyncio.get_running_loop().call_later(max(r.deadline - time.time(), 0.0),
+                                                      self._expire, r.rid)
         elif finish == "processing":
             ws = self.scheduler.tasks[key].processing_on
             if ws is not None:
@@ -217,6 +221,11 @@ class AbspSchedulerPlugin(SchedulerPlugin):
             ev.set()  # a waiter that came before the round's graph: the round exists now
 
     # -- the stop ------------------------------------------------------------------------------
+
+    def _expire(self, rid: str) -> None:
+        r = self.registry.expire(rid)
+        if r is not None:
+            self._stop(r)
 
     def _stop(self, r: Round) -> None:
         """One stop per worker with open tasks of ``r`` (the registry knows where each open

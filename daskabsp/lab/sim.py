@@ -402,6 +402,8 @@ class _Round:
         self.done_workers: set[int] = set()
         self.finished = 0
         self.stopped = False
+        self.t0 = env.now
+        self.deadline: float | None = None  # set at the quorum, with patience
         self.flags: dict[int, simpy.Event] = {}
         self.settled = env.event()
         if not self.open:
@@ -445,10 +447,22 @@ class _Round:
             count = len(self.done_workers)
         else:
             count = self.finished
-        if not self.stopped and self.plan.quorum and count >= self.plan.quorum:
-            self.stopped = True
-            return True
-        return False
+        if self.stopped or not self.plan.quorum or count < self.plan.quorum \
+                or self.deadline is not None:
+            return False
+        if self.plan.patience > 0:
+            if self.open:
+                self.deadline = self.env.now + self.plan.patience * (self.env.now - self.t0)
+            return False
+        self.stopped = True
+        return True
+
+    def expire(self) -> bool:
+        """The deadline has come: True if the round must be stopped now."""
+        if self.stopped or not self.open:
+            return False
+        self.stopped = True
+        return True
 
 
 class _Base:
@@ -574,7 +588,8 @@ class RoundSim(_Base):
         book, env, c = self.book, self.env, self.costs
         plan = plan_round(self.policy, book.quotas, book.sizes, full=False,
                           helpers=self.helpers, expected=expected_scans(
-                              book.quotas, book.rate, [self.names[w] for w in self.owner]))
+                              book.quotas, book.steady_rate(),
+                              [self.names[w] for w in self.owner]))
         t0 = env.now
         order = book.order()
         rnd = _Round(env, r, plan, self.owner, order)
@@ -619,15 +634,25 @@ class RoundSim(_Base):
             quota = plan.quotas[p]
             rows, seconds, stopped = yield from self.scan(
                 rnd, w, quota, plan.grace[p] if plan.grace else 0, self.factor(rnd.number, w))
-            if plan.quorum == 1 and plan.unit == "partitions" and not stopped:
+            if plan.quorum == 1 and plan.unit == "partitions" and not plan.patience \
+                    and not stopped:
                 rnd.set_flag(w)  # ends_round: its worker's other tasks stop at once
         self.log("end", rnd.number, p)
         result = PartialResult(_stats(rows), rows, advance(book.cursor[p], rows, book.sizes[p]),
                                stopped, seconds, t_start, env.now, self.names[w], 0)
         yield env.timeout(c.latency)
         yield from self.srv.on_loop(c.loop_task / 2)
+        had = rnd.deadline
         if rnd.finish(p, result):
             env.process(self._stop(rnd))
+        elif had is None and rnd.deadline is not None:
+            env.process(self._expire(rnd))
+
+    def _expire(self, rnd: _Round) -> Iterator:
+        """A round with patience: stopped at its deadline if tasks are still open."""
+        yield self.env.timeout(max(rnd.deadline - self.env.now, 0.0))
+        if rnd.expire():
+            yield from self._stop(rnd)
 
     def _stop(self, rnd: _Round) -> Iterator:
         """The quorum has finished: stop the workers with open tasks (one message each)."""
