@@ -64,7 +64,17 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__version__ = "0.1.0"
+def _installed_version() -> str:
+    """The installed distribution's version (pyproject.toml's, not a copy of it here)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("daskabsp")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"
+
+
+__version__ = _installed_version()
 
 __all__ = [
     "ABSP",

@@ -264,3 +264,13 @@ def test_readme_keeps_its_two_setup_commands():
     assert commands == ["pip install . && python -m daskabsp demo",
                         'pip install ".[test]" && pytest']
     assert (ROOT / ".ci" / "run").read_text().rstrip().endswith('pip install ".[test]" && pytest')
+
+
+def test_version_is_the_installed_distributions():
+    """``daskabsp.__version__`` (the site's version, and what a client-worker version check
+    compares) is the installed distribution's, not a number typed twice."""
+    from importlib.metadata import version
+
+    import daskabsp
+
+    assert daskabsp.__version__ == version("daskabsp") != "0+unknown"
