@@ -61,13 +61,14 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
     Hessian-vector products for large models (see :class:`daskabsp.programs.LinearNewton`).
     With an L1 part: by proximal Newton steps, the L1 term applied on the driver to the
     rows' Newton model (orthant-wise L-BFGS steps for large models), the support settled on
-    full rounds (see :class:`daskabsp.programs.ProximalLinear`). Each round ends when the
-    fastest partition has scanned its rows.
+    full rounds (see :class:`daskabsp.programs.ProximalLinear`). Under the default
+    ``sync="absp"`` a round with a straggler ends when the fastest worker has scanned its
+    partitions (see :class:`daskabsp.ABSP`).
 
     Every parameter of scikit-learn's class is accepted, with its default; those that choose
-    how scikit-learn solves the problem (``solver``, ``dual``, ``intercept_scaling``,
-    ``n_jobs``) are ignored, and those that ask for what the engine does not do
-    (liblinear's objective) are rejected with the reason.
+    how scikit-learn solves the problem (``solver``, ``intercept_scaling``, ``n_jobs``) are
+    ignored, and those that ask for what the engine does not do (liblinear's objective,
+    ``dual=True``) are rejected with the reason.
 
     Parameters
     ----------
