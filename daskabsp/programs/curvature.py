@@ -102,18 +102,24 @@ def lbfgs_solve(pairs, d0: np.ndarray, g: np.ndarray) -> np.ndarray:
 
 
 def lbfgs_times(pairs, d0: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """``B v`` for the BFGS matrix ``B`` built from ``diag(d0)`` and ``pairs``: each pair's
-    update ``B <- B - (B s)(B s)^T / (s.B s) + y y^T / (y.s)`` applied in turn, the products
-    ``B s`` of the earlier matrices computed on the way (``O(len(pairs)^2 m)`` work)."""
-    done: list[tuple[np.ndarray, float, np.ndarray, float]] = []
-    for s, y in pairs:
-        bs = d0 * s
-        for b, sbs, yi, ys in done:
-            bs = bs - b * ((b @ s) / sbs) + yi * ((yi @ s) / ys)
-        done.append((bs, float(bs @ s), y, float(y @ s)))
+    """``B v`` for the BFGS matrix ``B`` built from ``diag(d0)`` and the curvature ``pairs``
+    ``(s, y)`` (oldest first; each with ``s.y > 0``), by the unrolled update
+    ``B_{k+1} = B_k - B_k s s^T B_k / (s.B_k s) + y y^T / (y.s)`` (``O(len(pairs) m)`` work
+    after ``O(len(pairs)^2 m)`` for the vectors ``B_k s_k``)."""
+    Bs: list[np.ndarray] = []
+    for k, (s, _y) in enumerate(pairs):
+        a = d0 * s
+        for i in range(k):
+            si, yi = pairs[i]
+            a -= Bs[i] * (float(Bs[i] @ s) / float(si @ Bs[i]))
+            a += yi * (float(yi @ s) / float(yi @ si))
+        Bs.append(a)
     out = d0 * v
-    for b, sbs, y, ys in done:
-        out = out - b * ((b @ v) / sbs) + y * ((y @ v) / ys)
+    for (s, y), a in zip(pairs, Bs, strict=True):
+        sa = float(s @ a)
+        if sa > 0:
+            out -= a * (float(a @ v) / sa)
+        out += y * (float(y @ v) / float(y @ s))
     return out
 
 

@@ -13,13 +13,11 @@ cyclic coordinate descent until the support settles, then the linear system on t
 The sign pattern of the exact solution is what a fit reports as its non-zero coefficients.
 
 Also here: the optimality measure of a composite objective (:func:`kkt_violation`), used
-by the stopping rules, and the product with a BFGS matrix (:func:`bfgs_matvec`), used for
-the predicted decrease of quasi-Newton steps.
+by the stopping rules.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -187,35 +185,3 @@ def l1_quadratic(A: np.ndarray, b: np.ndarray, lam, x0: np.ndarray | None = None
         if kkt_violation(x, grad, lam, positive).max(initial=0.0) <= atol:
             return x
     return x
-
-
-def model_value(A: np.ndarray, b: np.ndarray, lam, x: np.ndarray) -> float:
-    """``x.A.x / 2 - b.x + sum_j lam_j |x_j|``."""
-    return float(0.5 * x @ (A @ x) - b @ x + np.sum(lam * np.abs(x)))
-
-
-def bfgs_matvec(pairs, d0: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """``B v`` for the BFGS matrix ``B`` built from ``diag(d0)`` and the curvature ``pairs``
-    ``(s, y)`` (oldest first; each with ``s.y > 0``), by the unrolled update
-    ``B_{k+1} = B_k - B_k s s^T B_k / (s.B_k s) + y y^T / (y.s)`` (``O(len(pairs) m)`` work
-    after ``O(len(pairs)^2 m)`` for the vectors ``B_k s_k``)."""
-    Bs: list[np.ndarray] = []
-    for k, (s, _y) in enumerate(pairs):
-        a = d0 * s
-        for i in range(k):
-            si, yi = pairs[i]
-            a -= Bs[i] * (float(Bs[i] @ s) / float(si @ Bs[i]))
-            a += yi * (float(yi @ s) / float(yi @ si))
-        Bs.append(a)
-    out = d0 * v
-    for (s, y), a in zip(pairs, Bs, strict=True):
-        sa = float(s @ a)
-        if sa > 0:
-            out -= a * (float(a @ v) / sa)
-        out += y * (float(y @ v) / float(y @ s))
-    return out
-
-
-def quadratic_norm(hv: np.ndarray, v: np.ndarray) -> float:
-    """``sqrt(v . H v)`` from the product ``hv = H v``."""
-    return math.sqrt(max(float(v @ hv), 0.0))

@@ -26,7 +26,7 @@ from .newton_state import (
     Pending,
     choose_stride,
 )
-from .trust_region import TrustRegion, one_blas_thread, trust_step
+from .trust_region import TrustRegion, one_blas_thread, round_noise, trust_step
 
 #: Largest spread (in the model's norm) of the points a pass model's pieces were computed at
 #: for the pass model to be used while the round model still makes progress.
@@ -90,15 +90,6 @@ def unlike(prog: Program, rs: RoundStats, theta: np.ndarray) -> bool:
     return False
 
 
-def _noise(raw_loss: float, raw_sq: float, wsum: float, rows: int, n_rows: int) -> float:
-    """Sampling noise of the difference of two round estimates of the mean loss."""
-    if rows >= n_rows or wsum <= 0:
-        return 0.0
-    mean = raw_loss / wsum
-    var = max(raw_sq / wsum - mean * mean, 0.0)
-    return 3.0 * math.sqrt(2.0 * var * (1.0 - rows / n_rows) / max(rows, 1))
-
-
 @one_blas_thread
 def analyse(prog: Program, state: NewtonState, rs: RoundStats) -> list[_Block]:
     key = id(state)
@@ -140,7 +131,7 @@ def analyse(prog: Program, state: NewtonState, rs: RoundStats) -> list[_Block]:
         penalty = 0.5 * th @ (reg * th)
         blk = _Block(
             f=loss[0] / wsum + penalty, g=g / wsum + reg * th, h=h / wsum,
-            noise=_noise(loss[0], sq[0], wsum, rows, state.n_rows),
+            noise=round_noise(loss[0], sq[0], wsum, rows, state.n_rows),
             exact=rows >= state.n_rows, movement=0.0, reported=rep[0] / wsum + penalty,
         )
         if pass_views is not None and not blk.exact:

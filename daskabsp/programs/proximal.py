@@ -47,14 +47,14 @@ import scipy.sparse as sp
 
 from .aggregate import Piece, previous, put_piece, rows_of, total
 from .base import PartitionStats
-from .curvature import add_pair, diagonal, lbfgs_solve
+from .curvature import add_pair, diagonal, lbfgs_solve, lbfgs_times
 from .cycles import RoundStats
 from .incremental import model_form
-from .l1 import bfgs_matvec, kkt_violation, l1_quadratic, soft_threshold
+from .l1 import kkt_violation, l1_quadratic, soft_threshold
 from .linear import LinearNewton
 from .multinomial import MultinomialNewton
 from .newton_state import ROWS_PER_PARAMETER, TaskParams
-from .trust_region import TrustRegion, one_blas_thread
+from .trust_region import TrustRegion, one_blas_thread, round_noise
 
 #: The full step's predicted decrease must be at most this times ``tol`` to stop (as the
 #: smooth Newton programs' decrement test).
@@ -67,16 +67,6 @@ SUBPROBLEM_TOL = 1e-4
 #: SSP/ASP: relative error of a partition's old model at its new parameters (against the
 #: curvature term of the move) above which the radius shrinks, and below which it may grow.
 _BAD, _GOOD = 0.5, 0.1
-
-
-def _noise(raw_loss: float, raw_sq: float, wsum: float, rows: int, n_rows: int) -> float:
-    """Sampling noise of the difference of two round estimates of the mean loss (three
-    standard errors of a mean over ``rows`` of ``n_rows`` rows, without replacement)."""
-    if rows >= n_rows or wsum <= 0:
-        return 0.0
-    mean = raw_loss / wsum
-    var = max(raw_sq / wsum - mean * mean, 0.0)
-    return 3.0 * math.sqrt(2.0 * var * (1.0 - rows / n_rows) / max(rows, 1))
 
 
 @dataclass(frozen=True, eq=False)
@@ -123,11 +113,11 @@ class StepModel:
         """The model's curvature times ``v``."""
         if self.free is None:
             return self.hess @ v if self.hess is not None else \
-                bfgs_matvec(self.pairs, self.d0, v)
+                lbfgs_times(self.pairs, self.d0, v)
         sub = v[self.free]
         out = np.zeros_like(v)
         out[self.free] = self.hess @ sub if self.hess is not None else \
-            bfgs_matvec(self.pairs, self.d0, sub)
+            lbfgs_times(self.pairs, self.d0, sub)
         return out
 
     def predicted(self, delta: np.ndarray) -> float:
@@ -356,9 +346,6 @@ class ProximalMixin(ProximalClocks):
     def converged(self, state: ProximalState) -> bool:
         return state.converged
 
-    def initial_radius(self, f: float) -> float:
-        return math.inf if self.quadratic else math.sqrt(2.0 * max(f, 1e-12))
-
     def objective(self, state: ProximalState, stats: RoundStats, n_rows: int) -> float:
         blocks = self._blocks(state, stats)
         return float(sum(b.f for b in blocks)) if blocks else math.nan
@@ -397,7 +384,7 @@ class ProximalMixin(ProximalClocks):
             f = loss[0] / W + 0.5 * th @ (reg * th) + lam @ np.abs(th)
             curv = h.reshape(m, m) / W if full else (h[:m] / W, h[m:] / W)
             out.append(_Block(float(f), g / W + reg * th, curv,
-                              _noise(loss[0], sq[0], W, rs.rows, state.n_rows),
+                              round_noise(loss[0], sq[0], W, rs.rows, state.n_rows),
                               rs.rows >= state.n_rows, float(loss[0] / W), g / W,
                               None if support is None else support / W))
         rs.cache[key] = out

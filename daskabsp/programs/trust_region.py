@@ -16,6 +16,7 @@ is known one round later, and a rejected step costs one round.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -61,6 +62,17 @@ def newton_direction(g: np.ndarray, H: np.ndarray) -> np.ndarray:
     w, V = np.linalg.eigh(H)
     keep = w > w.max(initial=0.0) * 1e-12
     return -(V[:, keep] @ ((V[:, keep].T @ g) / w[keep]))
+
+
+def round_noise(raw_loss: float, raw_sq: float, wsum: float, rows: int, n_rows: int) -> float:
+    """Sampling noise of the difference of two round estimates of the mean loss (three
+    standard errors of a mean over ``rows`` of ``n_rows`` rows, without replacement): a
+    change of the objective below it says nothing about a step."""
+    if rows >= n_rows or wsum <= 0:
+        return 0.0
+    mean = raw_loss / wsum
+    var = max(raw_sq / wsum - mean * mean, 0.0)
+    return 3.0 * math.sqrt(2.0 * var * (1.0 - rows / n_rows) / max(rows, 1))
 
 
 @dataclass(frozen=True)
