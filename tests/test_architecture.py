@@ -1,6 +1,8 @@
 """The architecture's rules as tests, read from the source with :mod:`ast` (nothing here imports
 the modules it checks): imports point down the layers, no private name crosses a package
-border, the estimators use only exported names, no import cycle, no oversized class or function.
+border, the estimators use only exported names, no import cycle, and one writer per state (an
+object's attributes are assigned by its own class's code only). Sizes of classes and functions
+are review advice, not a rule: a class split for size instead of meaning is worse than a long one.
 
 Each rule is a function of a source tree root (the folder that holds ``daskabsp/`` and
 ``estimators/``) that returns its violations as sentences, empty when the tree keeps it. The
@@ -12,8 +14,6 @@ proves nothing.
 from __future__ import annotations
 
 import ast
-import io
-import tokenize
 from collections import defaultdict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -59,13 +59,11 @@ RANK = {unit: rank for rank, (_, units) in enumerate(LAYERS) for unit in units}
 #: without the lab's tools and without scikit-learn's face.
 NEVER = {unit: frozenset({"lab", "estimators"}) for unit in ("engine", "extension", "programs")}
 
-#: Size limits in code lines (not blank, not a comment, not a docstring).
-CLASS_LIMIT = 250
-FUNCTION_LIMIT = 60
-
-#: Classes and functions let past the size limits, with their measured size and why a split
-#: would be artificial (the key: path from the root, "::", qualified name).
-ALLOWED_SIZES: dict[str, tuple[int, str]] = {}
+#: Attribute names that objects of the libraries daskabsp drives also carry (bokeh models and
+#: ranges, scipy.sparse matrices, tqdm bars): a write of one of them to an object that is not
+#: ``self`` is taken for the library's, not for one of ours that shares the name.
+LIBRARY_ATTRIBUTES = frozenset({"data", "start", "title", "options", "value", "factors", "tags",
+                                "text", "total", "theme", "max", "indices"})
 
 
 # -- reading the tree -------------------------------------------------------------------------
@@ -251,21 +249,35 @@ def import_cycles(root: Path) -> list[str]:
             for component in _components(graph)]
 
 
-def oversized(root: Path) -> list[str]:
-    """(e) No class longer than :data:`CLASS_LIMIT` code lines and no function longer than
-    :data:`FUNCTION_LIMIT` (code lines: not blank, not a comment, not a docstring), unless
-    :data:`ALLOWED_SIZES` names it with the size it was measured at."""
+def foreign_writes(root: Path) -> list[str]:
+    """(e) One writer per state: an attribute of an object of one of our classes is assigned
+    (or deleted) only by code of the module that defines the class, through ``self``/``cls``
+    or a local object it made. Read by name: ``obj.name = ...`` where ``obj`` is not ``self``
+    or ``cls`` is a foreign write when ``name`` is an attribute (a field, a class annotation or
+    a ``self.name =`` of a method) of classes of ours none of which the writing module defines,
+    and not a name in :data:`LIBRARY_ATTRIBUTES`. A state another module must change is
+    changed through a method of its owner."""
+    modules, _ = read(root)
+    owners: dict[str, set[str]] = defaultdict(set)
+    for module in modules.values():
+        for cls in (n for n in ast.walk(module.tree) if isinstance(n, ast.ClassDef)):
+            for name in _attributes(cls):
+                owners[name].add(module.name)
     found = []
-    for key, (kind, size) in sizes(root).items():
-        limit = CLASS_LIMIT if kind == "class" else FUNCTION_LIMIT
-        allowed = ALLOWED_SIZES.get(key)
-        if size > limit and (allowed is None or size > allowed[0]):
-            found.append(f"{key}: {kind} of {size} code lines (limit {limit}"
-                         + (f", allowed {allowed[0]})" if allowed else ")"))
+    for module in modules.values():
+        for node, target in _stores(module.tree):
+            name = target.attr
+            base = target.value
+            if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+                continue
+            if name not in owners or name in LIBRARY_ATTRIBUTES or module.name in owners[name]:
+                continue
+            found.append(f"{module.name}:{node.lineno} writes {ast.unparse(target)}, an "
+                         f"attribute of a class of {', '.join(sorted(owners[name]))}")
     return found
 
 
-RULES = (upward_imports, private_imports, estimator_imports, import_cycles, oversized)
+RULES = (upward_imports, private_imports, estimator_imports, import_cycles, foreign_writes)
 
 
 # -- helpers of the rules -----------------------------------------------------------------------
@@ -358,50 +370,30 @@ def _shortest_cycle(graph: dict[str, set[str]], component: list[str]) -> list[st
     return component  # not reached: a component of two or more modules holds a cycle
 
 
-def sizes(root: Path) -> dict[str, tuple[str, int]]:
-    """Every class's and function's size in code lines, by "path::qualified.name"."""
-    return _sizes(Path(root).resolve())
+def _attributes(cls: ast.ClassDef) -> Iterator[str]:
+    """A class's attributes: annotated names in its body and ``self.x`` its methods assign."""
+    for node in cls.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            yield node.target.id
+    for _node, target in _stores(cls):
+        if isinstance(target.value, ast.Name) and target.value.id == "self":
+            yield target.attr
 
 
-@cache
-def _sizes(root: Path) -> dict[str, tuple[str, int]]:
-    modules, _ = read(root)
-    out = {}
-    for module in modules.values():
-        code = _code_lines(module.path.read_text(), module.tree)
-        rel = module.path.relative_to(root).as_posix()
-        for qualname, node in _definitions(module.tree):
-            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-            size = sum(1 for line in range(first, node.end_lineno + 1) if line in code)
-            kind = "class" if isinstance(node, ast.ClassDef) else "function"
-            out[f"{rel}::{qualname}"] = (kind, size)
-    return out
-
-
-def _code_lines(source: str, tree: ast.Module) -> set[int]:
-    """The lines that hold a token other than a comment, less those of docstrings (a statement
-    that is a string literal alone: a module's, class's or function's, or an attribute's)."""
-    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
-            tokenize.ENCODING, tokenize.ENDMARKER}
-    lines = set()
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type not in skip:
-            lines.update(range(tok.start[0], tok.end[0] + 1))
+def _stores(tree: ast.AST) -> Iterator[tuple[ast.stmt, ast.Attribute]]:
+    """Every attribute an assignment, augmented assignment or ``del`` stores into or deletes
+    (also inside tuples), with its statement."""
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
-                and isinstance(node.value.value, str)):
-            lines.difference_update(range(node.lineno, node.end_lineno + 1))
-    return lines
-
-
-def _definitions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, ast.AST]]:
-    for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-            qualname = f"{prefix}{node.name}"
-            yield qualname, node
-            yield from _definitions(node, f"{qualname}.")
+        if isinstance(node, ast.Assign | ast.Delete):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
         else:
-            yield from _definitions(node, prefix)
+            continue
+        for target in targets:
+            for sub in ast.walk(target):
+                if isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Store | ast.Del):
+                    yield node, sub
 
 
 # -- the tree keeps the rules -------------------------------------------------------------------
@@ -421,15 +413,6 @@ def test_the_layer_table_keeps_the_lab_and_the_estimators_on_top():
         assert all(RANK[a] < RANK[b] for b in NEVER[a])
 
 
-def test_the_allowed_sizes_are_still_needed():
-    """An allow-list entry whose code has shrunk to the limit (or gone) is removed."""
-    measured = sizes(ROOT)
-    for key in ALLOWED_SIZES:
-        kind, now = measured.get(key, ("gone", 0))
-        limit = CLASS_LIMIT if kind == "class" else FUNCTION_LIMIT
-        assert now > limit, f"{key} is {now} code lines now: drop it from ALLOWED_SIZES"
-
-
 # -- each rule reports a planted violation ------------------------------------------------------
 
 
@@ -444,10 +427,6 @@ def make(root: Path, files: dict[str, str]) -> Path:
     (root / "estimators").mkdir(exist_ok=True)
     return root
 
-
-_DOC = '    """A docstring\n\n    of four lines.\n    """\n    # a comment\n'
-_BODY = "".join(f"    x{i} = {i}  # {i}\n\n" for i in range(56)) + '    y = """one\ntwo"""\n'
-_METHOD = "    def m{0}(self):\n        '''Doc.'''\n        return {0}\n\n"
 
 #: Per rule, a small tree with one violation (the line marked "planted") and what the rule
 #: must say of it, and of nothing else in the tree.
@@ -510,19 +489,21 @@ PLANTED = [
         "daskabsp/engine/book.py": "if TYPE_CHECKING:\n    from .run import FitRun  # planted\n",
     }, ["import cycle: daskabsp.engine.book -> daskabsp.engine.run -> daskabsp.engine.loop "
         "-> daskabsp.engine.book"], id="import cycle"),
-    # 60 code lines pass, 61 fail (a decorator counts); docstrings, comments and blank lines
-    # do not count, a string on two lines that is not a docstring does
-    pytest.param(oversized, {"daskabsp/engine/book.py":
-                             f"def fits(a):\n{_DOC}{_BODY}    return a\n\n\n"
-                             f"@cache  # planted\ndef too_long(a):\n{_DOC}{_BODY}    return a\n"},
-                 ["daskabsp/engine/book.py::too_long: function of 61 code lines (limit 60)"],
-                 id="long function"),
-    # a class counts its methods: 250 code lines pass, 251 fail, in estimators/ too
-    pytest.param(oversized, {
-        "estimators/_big.py": "class Big:  # planted\n"
-                              + "".join(_METHOD.format(i) for i in range(125)),
-        "estimators/_fits.py": "class Fits:\n" + "".join(_METHOD.format(i) for i in range(124)),
-    }, ["estimators/_big.py::Big: class of 251 code lines (limit 250)"], id="long class"),
+    # a write into another module's object; its own module's writes, writes through self, and
+    # a library attribute of the same name as one of ours do not count
+    pytest.param(foreign_writes, {
+        "daskabsp/engine/partitions.py": "from dataclasses import dataclass\n\n\n"
+                                         "@dataclass\nclass Partitions:\n    copies: list\n"
+                                         "    data: list\n\n"
+                                         "    def drop(self):\n        self.copies = []\n\n\n"
+                                         "def fresh(p):\n    p.copies = []\n",
+        "daskabsp/engine/placement.py": "class Placement:\n"
+                                        "    def __init__(self, parts):\n"
+                                        "        self.parts = parts\n"
+                                        "        self.parts.data = 1\n"
+                                        "        self.parts.copies = []  # planted\n",
+    }, ["daskabsp.engine.placement:5 writes self.parts.copies, an attribute of a class of "
+        "daskabsp.engine.partitions"], id="foreign write"),
 ]
 
 

@@ -70,7 +70,7 @@ def run_sync(client: distributed.Client, run: Any) -> Any:
         raise RuntimeError("daskabsp.fit called from the thread of the client's event loop; "
                            "use 'await daskabsp.fit(...)' with an asynchronous client")
     calls: queue.SimpleQueue[Call | None] = queue.SimpleQueue()
-    run.caller = calls
+    run.observers.call_through(calls)
     done = asyncio.run_coroutine_threadsafe(run.run(), loop)
     done.add_done_callback(lambda _: calls.put(None))
     try:

@@ -126,6 +126,14 @@ class Observers:
         self._t0 = time.perf_counter()
         self._callback_seconds = 0.0
 
+    def call_through(self, calls: queue.SimpleQueue) -> None:
+        """Run the callbacks in the thread that reads ``calls`` (see ``caller.run_sync``)."""
+        self.caller = calls
+
+    def report_to(self, reporter: FitReporter) -> None:
+        """Send the fit's progress to the scheduler's page through ``reporter``."""
+        self.reporter = reporter
+
     async def _call(self, func, *args):
         """``func(*args)`` where callbacks run, its time excluded from the fit's clock."""
         c0 = time.perf_counter()

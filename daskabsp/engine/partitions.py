@@ -70,6 +70,19 @@ class Partitions:
         own = (self.X[p], self.y[p], self.sample_weight[p])
         return {owner: own, **(self.copies[p] if self.copies else {})}
 
+    def keep_copy(self, p: int, worker: str, futures: tuple) -> None:
+        """Record the copy of partition ``p`` on ``worker`` (its X, y, sample_weight)."""
+        if not self.copies:
+            self.copies = [{} for _ in self.sizes]
+        self.copies[p][worker] = futures
+
+    def drop_copies(self) -> list[Future]:
+        """Forget every copy; the futures they held, for the caller to release."""
+        made = [f for held in self.copies for futs in held.values() for f in futs
+                if f is not None]
+        self.copies = []
+        return made
+
 
 def as_dask(a, chunks: tuple[int, ...]):
     """``a`` (dask or in-memory; None stays None) as a dask array of row chunks ``chunks``,

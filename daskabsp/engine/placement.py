@@ -286,9 +286,7 @@ class Placement:
                 return
         else:
             futs = await scatter_partition(client, self.parts, p, data, worker)
-        if not self.parts.copies:
-            self.parts.copies = [{} for _ in self.parts.sizes]
-        self.parts.copies[p][worker] = tuple(futs)
+        self.parts.keep_copy(p, worker, tuple(futs))
         seconds = time.perf_counter() - t0
         self.link.journal.note(logger, logging.INFO, "partition %d copied to %s for helpers "
                                "(%.1f MB in %.2f s%s)", p, worker, self._nbytes[p] / 1e6
@@ -363,10 +361,8 @@ class Placement:
         for task in tasks:
             task.cancel()
         pending = [f for futs in self._copy_futures.values() for f in futs if f is not None]
-        made = [f for held in self.parts.copies for futs in held.values() for f in futs
-                if f is not None]
         await asyncio.gather(*tasks, return_exceptions=True)
-        self.parts.copies = []
+        made = self.parts.drop_copies()
         if pending or made:
             try:
                 await self.link.client.cancel(pending + made)

@@ -109,10 +109,6 @@ class FitRun:
     def caller(self):
         return self.observers.caller
 
-    @caller.setter
-    def caller(self, calls) -> None:
-        self.observers.caller = calls
-
     def halt(self) -> asyncio.Future:
         """Stop the round in flight, if any (see :meth:`Link.halt`)."""
         if self.link is None:
@@ -140,8 +136,8 @@ class FitRun:
 
     async def _run(self) -> FitResult:
         self.link = link = await Link.open(self.client, self.fit_id, self.program)
-        self.observers.reporter = await open_reporter(self.client, self.fit_id,
-                                                      link.path.scheduler_plugin)
+        self.observers.report_to(await open_reporter(self.client, self.fit_id,
+                                                     link.path.scheduler_plugin))
         placement = await self._place()
         status = "failed"
         try:
