@@ -131,7 +131,7 @@ def test_helpers_take_over_the_stragglers_rows_once_a_copy_exists(client, big, w
     to it); its partition is copied, and from then on helpers scan what it leaves, split by
     measured speed: its share of the rows follows its speed."""
     X, y = big
-    program = LogisticGD(C=C)
+    program = LogisticGD(C=C, helpers=True)
     slow = workers[0]
     with slow_workers(client, {slow: 8.0}):
         res = fit(program, X, y, sync="absp", max_iter=8, tol=None, n_partitions=4)
@@ -166,7 +166,7 @@ def test_no_copy_is_made_past_a_workers_memory_room(client, big, workers, settin
     X, y = big
     slow = workers[0]
     with slow_workers(client, {slow: 8.0}), dask.config.set(setting):
-        res = fit(LogisticGD(C=C), X, y, sync="absp", max_iter=6, tol=None, n_partitions=4)
+        res = fit(LogisticGD(C=C, helpers=True), X, y, sync="absp", max_iter=6, tol=None, n_partitions=4)
     h = res.history
     assert (h.helped_rows.values == 0).all(), h.helped_rows.values
     assert h.harvested.values[1:].any()  # there were leftovers a copy would have helped with
@@ -182,7 +182,7 @@ def test_copy_memory_leaves_room_for_one_copy_of_a_quarter_share(client, big, wo
     X, y = big
     with slow_workers(client, {workers[0]: 8.0}), \
             dask.config.set({"daskabsp.copy-memory": 1.25}):
-        res = fit(LogisticGD(C=C), X, y, sync="absp", max_iter=8, tol=None, n_partitions=16)
+        res = fit(LogisticGD(C=C, helpers=True), X, y, sync="absp", max_iter=8, tol=None, n_partitions=16)
     h = res.history
     assert h.helped_rows.values.sum() > 0, h.helped_rows.values
     own = 4 * (X.nbytes + y.nbytes) / 16  # a worker's four partitions
@@ -266,7 +266,7 @@ def test_absp_round_does_not_wait_for_a_task_queued_behind_another_job(client, d
         assert started.wait(timeout=60)
         # (small data: helpers run however little is left)
         with dask.config.set({"daskabsp.help-above": 0}):
-            res = fit(LogisticGD(C=C), X, y, sync="absp", max_iter=6, tol=None,
+            res = fit(LogisticGD(C=C, helpers=True), X, y, sync="absp", max_iter=6, tol=None,
                       n_partitions=4)
         # the fit finished while the neighbour's task still held worker 0
         assert not blocker.done()

@@ -204,7 +204,7 @@ def test_a_fits_copies_end_with_it_on_a_shaped_link():
         # priced cheap, copies start in the first round; this fit ends long before they
         # can cross the link (4 x 16 MB at 12 MB/s)
         with dask.config.set({"daskabsp.copy-rate": "100GiB"}), slow_workers(client, slow):
-            fit(LogisticGD(C=1.0), X, y, sync="absp", max_iter=4, tol=None)
+            fit(LogisticGD(C=1.0, helpers=True), X, y, sync="absp", max_iter=4, tol=None)
         deadline = time.monotonic() + 10
         while client.run_on_scheduler(_copy_tasks) and time.monotonic() < deadline:
             pass  # releases reach the scheduler on the client's batched stream

@@ -93,7 +93,7 @@ class RoundLoop(FitLoop):
         """Who the workers are, where each partition runs, and the helpers' prices."""
         ctx, placement = self.ctx, self.placement
         self.membership = await Membership.start(ctx.link, placement)
-        if ctx.policy.helped and int(config.get("replicas")) > 0:
+        if ctx.policy.helped and ctx.program.helpable and int(config.get("replicas")) > 0:
             self.helpers = HelperPhase(len(placement), await placement.copy_seconds(),
                                        ctx.options.chunk_target, ctx.program.combine)
 

@@ -114,6 +114,13 @@ class Program(ABC):
     #: Seconds of work per chunk of a partition scan, at least (see :func:`daskabsp.fit`'s
     #: ``chunk_target``): a program whose chunks have a sizeable fixed cost raises it.
     min_chunk_seconds: ClassVar[float] = 0.0
+    #: Whether the default A-BSP may help this program's rounds at all: copy stragglers'
+    #: partitions to other workers and scan from the copies what stopped partitions leave
+    #: (see :meth:`help_round`). A first-order program, whose step from the rows the fastest
+    #: workers scanned moves as far as from every row, sets False: its rounds are A-BSP as
+    #: published (one wave, the stopped partitions resuming at their cursors), and no copy is
+    #: made, so a worker holds only its own rows.
+    helpable: ClassVar[bool] = True
 
     def min_partition_rows(self, n_features: int) -> int:
         """Rows a partition should hold at least for this program's rounds to be useful

@@ -44,6 +44,12 @@ class LogisticGD(Program):
         Inverse regularisation strength, as in scikit-learn.
     accelerated : bool, default=True
         Use Nesterov's accelerated gradient.
+    helpers : bool, default=False
+        Let the default A-BSP help the rounds: copy a straggler's partition to other workers
+        and scan there the rows a stopped partition leaves (a second wave of tasks per round,
+        and the copies' memory). Off, each round is A-BSP as published: a gradient step from
+        the rows the fastest workers scanned moves about as far as one from every row, and
+        the stopped partitions resume at their cursors next round.
 
     Examples
     --------
@@ -62,6 +68,11 @@ class LogisticGD(Program):
     name: ClassVar[str] = "logreg"
     C: float = 1.0
     accelerated: bool = True
+    helpers: bool = False
+
+    @property
+    def helpable(self) -> bool:  # type: ignore[override]
+        return self.helpers
 
     def check_input(self, X, y) -> None:
         bad = np.setdiff1d(np.unique(y), [0.0, 1.0])
