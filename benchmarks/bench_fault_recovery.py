@@ -15,7 +15,8 @@ row: fits whose moment came, how many returned, within 3x of their paired fit wi
 fault, at scikit-learn's optimum within 1e-6, the worst and median of those ratios, and the
 worst ratio over the median of 5 fits without a fault measured first.
 
-    python benchmarks/bench_fault_recovery.py [--quick] [--runs 10]
+    python benchmarks/bench_fault_recovery.py [--quick] [--runs 10] [--faults kill,stop]
+        [--moments finish,copy,helpers]
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ from daskabsp.lab.faults import KEEP_NANNIES, Fault, run_with_faults, wait_for_w
 
 def options(p) -> None:
     p.add_argument("--runs", type=int, default=10, help="fits per fault and moment")
+    p.add_argument("--faults", default="kill,stop", help="comma-separated: kill, stop")
+    p.add_argument("--moments", default="finish,copy,helpers",
+                   help="comma-separated: finish (a random one), copy, helpers")
 
 
 def objective(coef, intercept, X, y) -> float:
@@ -84,8 +88,9 @@ def main() -> None:
                 fit()
                 return time.perf_counter() - t0
 
-        for kind, seconds in (("kill", 0.0), ("stop", 30.0)):
-            for moment in ("finish", "copy", "helpers"):
+        kinds = args.faults.split(",")
+        for kind, seconds in [(k, s) for k, s in (("kill", 0.0), ("stop", 30.0)) if k in kinds]:
+            for moment in [m for m in ("finish", "copy", "helpers") if m in args.moments]:
                 got = []
                 for i in range(runs):
                     workers = len(wait_for_workers(client, 4))
