@@ -24,4 +24,7 @@ def test_demo_prints_whole_fit_times_for_every_sync_with_and_without_straggler(c
         *_, seconds, rounds, speedup = line.split()
         assert float(seconds) > 0 and int(rounds) >= 1 and speedup.endswith("x")
     assert "not converged" not in out
+    # the cluster is warmed up by an untimed fit before the first timed one, and says so
+    assert out.index("Warming the cluster up") < out.index("Whole fit()") < out.index(lines[0])
+    assert "after the warm-up" in out
     assert re.search(r"Ideal with the straggler .*: \d+\.\d\d s", out)
