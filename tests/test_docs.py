@@ -142,6 +142,20 @@ def test_readme_types_no_measured_number():
     assert re.findall(r"\d+\.\d+", text) == []
 
 
+#: Timings and ratios as a benchmark prints them: "1.17 s", "0.58 s", "3.66x", "5-46%".
+MEASURED = re.compile(r"\b\d+\.\d+ ?(?:s|ms|x)\b|\b\d+(?:\.\d+)?-\d+(?:\.\d+)?(?:x|%| s)\b")
+
+
+@pytest.mark.parametrize("page", ["user-guide/sync-models.md", "deployment.md"])
+def test_user_pages_type_no_measured_timing(page):
+    """Outside their code and generated blocks, these pages hold no timing or ratio typed by
+    hand (measured numbers come from a results file; those of runs whose results are not
+    committed are in the development log)."""
+    text = blocks.BLOCK.sub("", (DOCS / page).read_text())
+    text = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+    assert MEASURED.findall(text) == [], MEASURED.findall(text)
+
+
 def test_the_capacity_bound_is_stated_with_the_numbers_it_bounds():
     """The headline states, for every worker count with a core per worker, the most BSP /
     A-BSP a sync model counting every row once per round can reach, next to the measured
