@@ -238,7 +238,7 @@ def test_missing_results_are_shown_as_not_measured(tmp_path, monkeypatch):
 
 RUN_PAGES = ["getting-started.md", "user-guide/sync-models.md", "user-guide/estimators.md",
              "user-guide/tuning.md", "user-guide/monitoring.md", "user-guide/stragglers.md",
-             "user-guide/cluster-data.md", "deployment.md"]
+             "user-guide/cluster-data.md", "user-guide/troubleshooting.md", "deployment.md"]
 FENCE = re.compile(r"(?P<before>[^\n]*)\n```python\n(?P<code>.*?)```", re.DOTALL)
 
 
