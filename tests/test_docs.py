@@ -280,6 +280,27 @@ def test_readme_keeps_its_two_setup_commands():
     assert (ROOT / ".ci" / "run").read_text().rstrip().endswith('pip install ".[test]" && pytest')
 
 
+def test_install_commands_work_from_a_clone():
+    """daskabsp installs from its source tree: every install command the README, the docs and
+    the library's messages give is ``pip install ".[extra]"`` (or a path), never
+    ``daskabsp[extra]``, which would look for it on a package index; the extras table is
+    pyproject.toml's."""
+    texts = {p: p.read_text() for p in [ROOT / "README.md", ROOT / "CONTRIBUTING.md",
+                                        *DOCS.rglob("*.md"), *(ROOT / "daskabsp").rglob("*.py"),
+                                        *(ROOT / "estimators").glob("*.py")]
+             if p.name != "development-log.md"}
+    named = {p.relative_to(ROOT).as_posix(): re.findall(r"""install ["']?daskabsp\[""", t)
+             for p, t in texts.items()}
+    assert {p: n for p, n in named.items() if n} == {}
+    page = (DOCS / "getting-started.md").read_text()
+    assert "<!-- numbers:extras -->" in page
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert all(f"| `{name}` |" in page for name in extras)
+
+
 def test_version_is_the_installed_distributions():
     """``daskabsp.__version__`` (the site's version, and what a client-worker version check
     compares) is the installed distribution's, not a number typed twice."""
