@@ -16,7 +16,7 @@ def test_the_demo_labels_each_policy_by_what_it_is():
 
 
 def test_demo_prints_whole_fit_times_for_every_sync_with_and_without_straggler(capsys):
-    main(["--rows", "20000", "--features", "5", "--workers", "2"])
+    main(["--rows", "20000", "--features", "5", "--workers", "2", "--repeats", "2"])
     out = capsys.readouterr().out
     lines = [ln for ln in out.splitlines() if re.match(r"^(no|yes)\s", ln)]
     assert len(lines) == 6, out
