@@ -2,9 +2,11 @@
 
 The engine runs an iterative program (:mod:`daskabsp.programs`) as one Dask task per data
 partition per round, under a synchronisation policy: :class:`BSP` waits for every partition;
-:class:`ABSP` ends the round when the fastest partition finishes and harvests the partial work
-of the others; :class:`SSP` and :class:`ASP` have no rounds: each partition's update is
-applied as it arrives.
+:class:`ABSP` (the default) ends a round when the fastest worker has finished its partitions
+once a worker is known to straggle, and harvests the partial work of the others, while a
+balanced round is not cut; ``ABSP.published()`` ends every round when the fastest partition
+finishes, as the paper does; :class:`SSP` and :class:`ASP` have no rounds: each partition's
+update is applied as it arrives.
 """
 
 from __future__ import annotations

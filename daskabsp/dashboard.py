@@ -2,9 +2,9 @@
 
 Importing this module adds the page to ``distributed.dashboard.scheduler.applications``, the
 pages a scheduler's Bokeh server is built with, if bokeh is installed at a version distributed
-accepts (``pip install "daskabsp[dashboard]"``); otherwise importing it does nothing. A
-scheduler takes its pages from that dict once, when it starts, after importing its preload
-modules, so this module is a scheduler preload::
+accepts (``pip install ".[dashboard]"`` in daskabsp's source tree); otherwise importing it does
+nothing. A scheduler takes its pages from that dict once, when it starts, after importing its
+preload modules, so this module is a scheduler preload::
 
     dask scheduler --preload daskabsp.dashboard
 

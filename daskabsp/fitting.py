@@ -261,8 +261,9 @@ def fit(program: Program, X, y=None, *, sample_weight=None, sync: str | Policy =
     sample_weight : array-like of shape (n_samples,), optional
         Row weights, for programs that accept them.
     sync : {"absp", "bsp", "ssp", "asp"} or Policy, default="absp"
-        Synchronisation model: ``"absp"`` (:class:`daskabsp.ABSP`: a round ends once the
-        fastest worker has scanned its partitions, the others' partial work counts),
+        Synchronisation model: ``"absp"`` (:class:`daskabsp.ABSP`: with a worker known to
+        straggle, a round ends once the fastest worker has scanned its partitions and the
+        others' partial work counts; a balanced round is not cut),
         ``"bsp"`` (:class:`daskabsp.BSP`: every round waits for every partition; the same
         result on every run), ``"ssp"`` (:class:`daskabsp.SSP`, staleness 3: no rounds,
         each partition's update applied as it arrives, at most 3 ahead of the slowest),

@@ -156,12 +156,15 @@ class BSP(Policy):
 
 @dataclass(frozen=True)
 class ABSP(Policy):
-    """A-BSP: end the round when the fastest partition(s) finish.
+    """A-BSP: end a round with a straggler when the fastest worker (or partition) finishes.
 
-    When ``quorum`` partitions have processed their quota, every other partition of the round
-    is told to stop. A running partition stops at its next chunk boundary and returns its
-    statistics over the rows it processed; a partition that has not started returns 0 rows at
-    once. Stopped partitions resume from their first unprocessed row next round.
+    When ``quorum`` workers (or partitions, ``count="partitions"``) have processed their quota
+    and a worker is known to straggle, every other partition of the round is told to stop; a
+    round whose workers are balanced is not cut at its quorum (see ``patience``), and
+    ``ABSP.published()`` stops every round at its first partition's finish, as published. A
+    running partition stops at its next chunk boundary and returns its statistics over the rows
+    it processed; a partition that has not started returns 0 rows at once. Stopped partitions
+    resume from their first unprocessed row next round.
 
     Parameters
     ----------

@@ -7,7 +7,8 @@ in a Markdown file. Its content is made here, from:
   a missing file shows as "not yet measured", never as a number);
 * the estimators' parameter declarations (``_parameter_constraints``, ``_ignored``,
   ``_rejected``) and scikit-learn's signatures;
-* ``daskabsp/daskabsp.yaml`` (the configuration defaults).
+* ``daskabsp/daskabsp.yaml`` (the configuration defaults);
+* ``pyproject.toml`` (the extras).
 
 So the README, the docs and the benchmarks cannot disagree: ``python docs/blocks.py`` rewrites
 every block, ``python docs/blocks.py --check`` lists the blocks that differ from what the
@@ -1076,6 +1077,33 @@ def block_config() -> str:
     return "\n".join(out)
 
 
+#: What each extra of pyproject.toml is for (a new extra without a line here fails the docs'
+#: generated-blocks test, so the install table stays whole).
+EXTRAS_FOR = {
+    "dashboard": "the daskabsp page of the Dask dashboard (where the scheduler runs)",
+    "plot": "plots of fit histories (`history_.absp.plot_*`, `daskabsp.plot_objectives`)",
+    "notebooks": "running the notebooks of `examples/`",
+    "netcdf": "saving histories with `to_netcdf` through netCDF4",
+    "sim": "the simulator, `daskabsp.lab.sim`",
+    "test": "the test suite (it builds the docs and runs the notebooks too)",
+    "benchmarks": "the benchmarks in `benchmarks/` (Spark's also needs a Java runtime)",
+    "docs": "building these docs",
+}
+
+
+def block_extras() -> str:
+    """The extras of ``pyproject.toml``, each with what it installs, as one table."""
+    import tomllib  # Python 3.11+, which building the docs needs
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    out = ["| extra | for | installs |", "|---|---|---|"]
+    for name, reqs in extras.items():
+        out.append(f"| `{name}` | {EXTRAS_FOR[name]} | "
+                   + ", ".join(f"`{r}`" for r in reqs) + " |")
+    return "\n".join(out)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "headline": block_headline,
     "sync-winners": block_sync_winners,
@@ -1096,6 +1124,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "faults-summary": block_faults_summary,
     "parameters": block_parameters,
     "config": block_config,
+    "extras": block_extras,
 }
 
 

@@ -63,7 +63,7 @@ class ElasticNet(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator)
         Wide data: maximum number of rounds (None: 1000). The one-pass fit takes the rounds
         its pass needs (a few) whatever ``max_iter``.
     copy_X : bool, default=True
-        Ignored: ``X`` is never modified (its rows are copied to the workers).
+        Ignored: ``X`` is never modified (the fit only reads it).
     tol : float, default=1e-4
         Wide data: stop when no coefficient violates the optimality conditions by more than
         ``tol`` (mean scale) on a full round. The one-pass fit is solved exactly.
@@ -151,7 +151,7 @@ class ElasticNet(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator)
     _ignored: dict = {
         "precompute": "the one-pass fit always sums the Gram matrix (True and False are "
                       "accepted and ignored).",
-        "copy_X": "X is never modified: its rows are copied to the workers.",
+        "copy_X": "X is never modified: the fit only reads it.",
         "random_state": "the fit draws nothing at random.",
         "selection": "the order of scikit-learn's coordinate updates; the solution is the "
                      "same.",
@@ -208,7 +208,7 @@ class ElasticNet(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator)
             Sample weights (scikit-learn's meaning: the objective weights each row's squared
             residual, divided by their sum).
         check_input : bool, default=True
-            Ignored: the input is always checked (it is copied to the workers anyway).
+            Ignored: the input is always checked (it is converted to float64 anyway).
 
         Returns
         -------

@@ -23,11 +23,12 @@ SYNC_DOC = """\
         How the partitions of the data synchronise (the :doc:`sync models guide
         </user-guide/sync-models>` compares them, measured):
 
-        * ``"absp"``, :class:`daskabsp.ABSP`: rounds that end once the fastest worker has
-          scanned its partitions; the others stop at their next chunk, their rows so far
-          count, and they start from their first unscanned row next round (helpers scan
-          them sooner where a copy exists). For shared or uneven clusters and long fits;
-          results vary slightly from run to run.
+        * ``"absp"``, :class:`daskabsp.ABSP`: once a worker is known to straggle, a round
+          ends when the fastest worker has scanned its partitions; the others stop at their
+          next chunk, their rows so far count, and they start from their first unscanned row
+          next round (helpers scan them sooner where a copy exists). A round whose workers
+          are balanced is not cut: it counts every row, as BSP's does. For shared or uneven
+          clusters and long fits; results vary slightly from run to run.
         * ``"bsp"``, :class:`daskabsp.BSP`: every round waits for every partition. For equal
           workers and short fits, and whenever the same data must give the same result on
           every run.
@@ -36,7 +37,8 @@ SYNC_DOC = """\
           slowest.
         * ``"asp"``, :class:`daskabsp.ASP`: as ``"ssp"`` without the bound.
         * A policy object for other settings, e.g. ``daskabsp.ABSP.published()`` (A-BSP as
-          published: no helpers, no grace), ``daskabsp.ABSP(quorum=2)``,
+          published: every round ends when the first partition finishes; no helpers, no grace),
+          ``daskabsp.ABSP(quorum=2)``,
           ``daskabsp.SSP(staleness=10)``.
 """
 _SYNC_ENTRY = re.compile(r"^    sync : .*?\n(?=    \w+ : |\n|\Z)", re.MULTILINE | re.DOTALL)

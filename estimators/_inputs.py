@@ -61,8 +61,21 @@ def _unpack(X) -> Unpacked:
         return Unpacked(X.data, names, is_dask_array(X.data))
     if is_dask_frame(X):
         names = list(X.columns) if hasattr(X, "columns") else None
-        return Unpacked(X.to_dask_array(lengths=True), names, True)
+        return Unpacked(_frame_values(X), names, True)
     return Unpacked(X, None, is_dask_array(X))
+
+
+def _frame_values(frame):
+    """A dask DataFrame's or Series' values as a dask array whose chunk sizes are known.
+
+    Not ``to_dask_array(lengths=True)``: on columns selected from ``read_parquet``, Dask's
+    optimiser fuses partitions when it computes their lengths, and the lengths then do not
+    match the partitions (dask/dask#12411: "The number of items in 'lengths' does not match
+    the number of partitions"). The array's own chunk sizes, computed from its blocks, do.
+    """
+    values = frame.to_dask_array()
+    values.compute_chunk_sizes()
+    return values
 
 
 def _vector(y):
@@ -72,7 +85,7 @@ def _vector(y):
     if is_xarray(y):
         y = y.data
     if is_dask_frame(y):
-        y = y.to_dask_array(lengths=True)
+        y = _frame_values(y)
     return y
 
 

@@ -172,7 +172,7 @@ class KMeans(TransformerMixin, ClusterMixin, EngineMixin, BaseEstimator):
         same initial centers whatever the rows' order and partitioning).
     copy_x : bool, default=True
         Ignored: ``X`` is never modified (scikit-learn may centre it in place when
-        ``copy_x=False``; daskabsp copies the rows to the workers and never centres them).
+        ``copy_x=False``; daskabsp only reads the rows and never centres them).
     algorithm : {"lloyd", "elkan"}, default="lloyd"
         Lloyd's iteration in both cases: Elkan's is an exact acceleration of Lloyd's (the
         same iterates), which the engine does not implement, so ``"elkan"`` is accepted and
@@ -241,7 +241,7 @@ class KMeans(TransformerMixin, ClusterMixin, EngineMixin, BaseEstimator):
 
     #: scikit-learn's parameters accepted but without effect here, and why.
     _ignored: dict = {
-        "copy_x": "X is never modified: daskabsp copies the rows to the workers and never "
+        "copy_x": "X is never modified: daskabsp only reads the rows and never "
                   "centres them.",
         "algorithm": "\"elkan\" is an exact acceleration of Lloyd's iteration (the same "
                      "iterates); the engine runs Lloyd's in both cases.",

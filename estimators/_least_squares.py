@@ -112,7 +112,7 @@ class LinearRegression(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEsti
     fit_intercept : bool, default=True
         Whether to fit an intercept.
     copy_X : bool, default=True
-        Ignored: ``X`` is never modified (its rows are copied to the workers).
+        Ignored: ``X`` is never modified (the fit only reads it).
     tol : float, default=1e-6
         One-pass fit: singular values of the centred rows below ``tol`` times the largest
         count as zero (scikit-learn's ``cond`` of ``lstsq``; at least ``sqrt(10 p eps)``,
@@ -183,7 +183,7 @@ class LinearRegression(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEsti
         **ENGINE_CONSTRAINTS,
     }
     _ignored: dict = {
-        "copy_X": "X is never modified: its rows are copied to the workers.",
+        "copy_X": "X is never modified: the fit only reads it.",
         "n_jobs": "the parallelism is the Dask cluster's worker threads.",
     }
     _rejected: dict = {}

@@ -132,7 +132,10 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
         Default: the whole partition.
     chunk_target : float, default=None
         Seconds of work between two checks of the stop signal. Default: the largest of
-        ``daskabsp.chunk-target``, 10 ms, and 3e-8 s per float of a partition's statistics.
+        ``daskabsp.chunk-target``, the program's floor (10 ms for this estimator and the
+        other iterative fits; 50 ms for the one-pass fits of ``LinearRegression``,
+        ``Lasso``, ``ElasticNet`` and ``PCA`` up to 1 024 features), and 3e-8 s per float
+        of a partition's statistics.
 
     Attributes
     ----------

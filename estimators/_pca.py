@@ -73,7 +73,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EngineMixin, BaseEs
         1), one-pass solvers only); ``"mle"`` (Minka's estimate, one-pass solvers only); None:
         ``min(n_samples, n_features)`` (minus one for ``"arpack"``).
     copy : bool, default=True
-        Ignored: ``X`` is never modified (its rows are copied to the workers).
+        Ignored: ``X`` is never modified (the fit only reads it).
     whiten : bool, default=False
         Scale the projections to unit variance.
     svd_solver : {"auto", "covariance_eigh", "full", "arpack", "randomized"}, default="auto"
@@ -171,7 +171,7 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EngineMixin, BaseEs
         **ENGINE_CONSTRAINTS,
     }
     _ignored: dict = {
-        "copy": "X is never modified: its rows are copied to the workers.",
+        "copy": "X is never modified: the fit only reads it.",
         "power_iteration_normalizer": "the basis is orthonormalised with QR every "
                                       "iteration.",
     }

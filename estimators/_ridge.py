@@ -52,7 +52,7 @@ class Ridge(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator):
     fit_intercept : bool, default=True
         Whether to fit an intercept.
     copy_X : bool, default=True
-        Ignored: ``X`` is never modified (its rows are copied to the workers).
+        Ignored: ``X`` is never modified (the fit only reads it).
     max_iter : int, default=None
         Maximum number of rounds (None: 100).
     tol : float, default=1e-4
@@ -135,7 +135,7 @@ default="auto"
 
     #: scikit-learn's parameters accepted but without effect here, and why.
     _ignored: dict = {
-        "copy_X": "X is never modified: its rows are copied to the workers.",
+        "copy_X": "X is never modified: the fit only reads it.",
         "solver": "all minimise the same objective; the engine takes Newton steps (L-BFGS "
                   "steps from Hessian-vector products for many features).",
         "random_state": "the fit draws nothing at random.",

@@ -24,7 +24,7 @@ from daskabsp import LogisticGD, fit, slow_workers
 from daskabsp.extension._fits import PAGE, FitBook
 
 requires_bokeh = pytest.mark.skipif(importlib.util.find_spec("bokeh") is None,
-                                    reason="the page needs bokeh (daskabsp[dashboard])")
+                                    reason="the page needs bokeh (pip install '.[dashboard]')")
 
 
 def _poll(get, what: str, timeout: float = 60.0, interval: float = 0.1):
@@ -199,7 +199,7 @@ def test_without_bokeh_there_is_no_page_and_the_fit_says_so_once():
     assert proc.stdout.count("FIT 2") == 2
     said = _info(proc)
     assert len(said) == 1, proc.stderr[-3000:]
-    assert "no bokeh" in said[0] and "daskabsp[dashboard]" in said[0]
+    assert "no bokeh" in said[0] and "install bokeh" in said[0] and "'.[dashboard]'" in said[0]
 
 
 @requires_bokeh

@@ -16,7 +16,7 @@ def test_the_demo_labels_each_policy_by_what_it_is():
 
 
 def test_demo_prints_whole_fit_times_for_every_sync_with_and_without_straggler(capsys):
-    main(["--rows", "20000", "--features", "5", "--workers", "2"])
+    main(["--rows", "20000", "--features", "5", "--workers", "2", "--repeats", "2"])
     out = capsys.readouterr().out
     lines = [ln for ln in out.splitlines() if re.match(r"^(no|yes)\s", ln)]
     assert len(lines) == 6, out
@@ -24,4 +24,7 @@ def test_demo_prints_whole_fit_times_for_every_sync_with_and_without_straggler(c
         *_, seconds, rounds, speedup = line.split()
         assert float(seconds) > 0 and int(rounds) >= 1 and speedup.endswith("x")
     assert "not converged" not in out
+    # the cluster is warmed up by an untimed fit before the first timed one, and says so
+    assert out.index("Warming the cluster up") < out.index("Whole fit()") < out.index(lines[0])
+    assert "after the warm-up" in out
     assert re.search(r"Ideal with the straggler .*: \d+\.\d\d s", out)

@@ -142,6 +142,20 @@ def test_readme_types_no_measured_number():
     assert re.findall(r"\d+\.\d+", text) == []
 
 
+#: Timings and ratios as a benchmark prints them: "1.17 s", "0.58 s", "3.66x", "5-46%".
+MEASURED = re.compile(r"\b\d+\.\d+ ?(?:s|ms|x)\b|\b\d+(?:\.\d+)?-\d+(?:\.\d+)?(?:x|%| s)\b")
+
+
+@pytest.mark.parametrize("page", ["user-guide/sync-models.md", "deployment.md"])
+def test_user_pages_type_no_measured_timing(page):
+    """Outside their code and generated blocks, these pages hold no timing or ratio typed by
+    hand (measured numbers come from a results file; those of runs whose results are not
+    committed are in the development log)."""
+    text = blocks.BLOCK.sub("", (DOCS / page).read_text())
+    text = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+    assert MEASURED.findall(text) == [], MEASURED.findall(text)
+
+
 def test_the_capacity_bound_is_stated_with_the_numbers_it_bounds():
     """The headline states, for every worker count with a core per worker, the most BSP /
     A-BSP a sync model counting every row once per round can reach, next to the measured
@@ -224,7 +238,7 @@ def test_missing_results_are_shown_as_not_measured(tmp_path, monkeypatch):
 
 RUN_PAGES = ["getting-started.md", "user-guide/sync-models.md", "user-guide/estimators.md",
              "user-guide/tuning.md", "user-guide/monitoring.md", "user-guide/stragglers.md",
-             "deployment.md"]
+             "user-guide/cluster-data.md", "user-guide/troubleshooting.md", "deployment.md"]
 FENCE = re.compile(r"(?P<before>[^\n]*)\n```python\n(?P<code>.*?)```", re.DOTALL)
 
 
@@ -264,6 +278,27 @@ def test_readme_keeps_its_two_setup_commands():
     assert commands == ["pip install . && python -m daskabsp demo",
                         'pip install ".[test]" && pytest']
     assert (ROOT / ".ci" / "run").read_text().rstrip().endswith('pip install ".[test]" && pytest')
+
+
+def test_install_commands_work_from_a_clone():
+    """daskabsp installs from its source tree: every install command the README, the docs and
+    the library's messages give is ``pip install ".[extra]"`` (or a path), never
+    ``daskabsp[extra]``, which would look for it on a package index; the extras table is
+    pyproject.toml's."""
+    texts = {p: p.read_text() for p in [ROOT / "README.md", ROOT / "CONTRIBUTING.md",
+                                        *DOCS.rglob("*.md"), *(ROOT / "daskabsp").rglob("*.py"),
+                                        *(ROOT / "estimators").glob("*.py")]
+             if p.name != "development-log.md"}
+    named = {p.relative_to(ROOT).as_posix(): re.findall(r"""install ["']?daskabsp\[""", t)
+             for p, t in texts.items()}
+    assert {p: n for p, n in named.items() if n} == {}
+    page = (DOCS / "getting-started.md").read_text()
+    assert "<!-- numbers:extras -->" in page
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert all(f"| `{name}` |" in page for name in extras)
 
 
 def test_version_is_the_installed_distributions():

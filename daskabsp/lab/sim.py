@@ -52,7 +52,8 @@ import numpy as np
 try:
     import simpy
 except ImportError as e:  # an optional dependency
-    raise ImportError("daskabsp.lab.sim needs simpy: pip install 'daskabsp[sim]'") from e
+    raise ImportError("daskabsp.lab.sim needs simpy: pip install simpy (in daskabsp's "
+                      "source tree: pip install '.[sim]')") from e
 
 from ..engine.book import PartitionBook, quotas_of
 from ..engine.clocks import within_bound

@@ -1,4 +1,4 @@
-"""Plots of fit histories with matplotlib (``pip install 'daskabsp[plot]'``).
+"""Plots of fit histories with matplotlib (``pip install ".[plot]"`` in daskabsp's source tree).
 
 Importing daskabsp registers an ``absp`` accessor on ``xarray.Dataset``, so a fit history
 (``res.history``, an estimator's ``history_``) plots itself:
@@ -37,8 +37,8 @@ def _axes(ax: Axes | None) -> Axes:
         import matplotlib.pyplot as plt
     except ImportError as e:
         raise ImportError(
-            "Plotting a fit history needs matplotlib: pip install 'daskabsp[plot]' "
-            "(or pip install matplotlib)."
+            "Plotting a fit history needs matplotlib: pip install matplotlib (in "
+            "daskabsp's source tree: pip install '.[plot]')."
         ) from e
     _, ax = plt.subplots()
     return ax

@@ -86,7 +86,8 @@ async def open_reporter(client, fit: str, scheduler_plugin: bool) -> FitReporter
     if not status["page"]:
         if not status["bokeh"]:
             _say_once("daskabsp: the scheduler has no bokeh, so its dashboard has no daskabsp "
-                      "page; install daskabsp[dashboard] where the scheduler runs (%s).", DOCS)
+                      "page; install bokeh where the scheduler runs (daskabsp's extra: pip "
+                      "install '.[dashboard]' in its source tree; %s).", DOCS)
         elif not status["dashboard"]:
             _say_once("daskabsp: the scheduler runs without a dashboard, so there is no "
                       "daskabsp page to watch the fits on (%s).", DOCS)

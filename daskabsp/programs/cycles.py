@@ -1,7 +1,7 @@
 """Stitching the statistics of exactly one pass over every partition from A-BSP rounds.
 
-Under A-BSP a round's statistics cover an uneven sample: the fastest partition scans all its
-rows, a straggler only the first part of its unprocessed rows. An update rule that uses only
+Under A-BSP a round that is stopped covers an uneven sample: the fastest partition scans all
+its rows, a straggler only the first part of its unprocessed rows. An update rule that uses only
 the round's statistics therefore settles at the optimum of a re-weighted objective (the rows of
 fast partitions count more), not at the optimum of the real one.
 
