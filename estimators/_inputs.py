@@ -181,8 +181,8 @@ def validate_fit(estimator, X, y=None, *, sample_weight=None, needs_y: bool = Tr
                              ensure_min_samples=min_samples)
     if sp.issparse(data):
         data = data.tocsr()
-    sw = None if sample_weight is None else check_sample_weight(
-        np.asarray(sample_weight), data.shape[0])
+    # (a scalar weight stays a scalar: np.asarray would make it a 0D array)
+    sw = None if sample_weight is None else check_sample_weight(sample_weight, data.shape[0])
     return FitInput(data, y, sw, False)
 
 
