@@ -324,9 +324,10 @@ def run_pytest(mode: str, paths: list[str], args, out: Path) -> float:
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     cmd = [sys.executable, "-m", "pytest", "-p", "sklearn_suite", "-p", "no:cacheprovider",
            "-q", "-o", "addopts=", "-o", "timeout_method=signal", f"--timeout={args.timeout}",
-           f"--rootdir={SKLEARN}", "--tb=no", "--no-header", "-rN", "-W", "ignore::pytest.PytestUnknownMarkWarning",
+           f"--rootdir={SKLEARN}", "--tb=no", "--no-header", "-rN",
            f"--suite-mode={mode}", f"--suite-out={out}", f"--suite-sample={args.sample}",
-           f"--suite-estimators={','.join(args.estimators or [])}", *paths]
+           f"--suite-estimators={','.join(args.estimators or [])}",
+           *(["-k", args.select] if args.select else []), *paths]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=tempfile.gettempdir(), env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, check=False)
@@ -415,6 +416,8 @@ def main(argv=None) -> int:
     p.add_argument("--estimators", type=lambda s: s.split(","), default=None,
                    help="comma-separated daskabsp estimator names to swap (default: all)")
     p.add_argument("--sample", type=int, default=1, help="run every Nth test of each module")
+    p.add_argument("-k", dest="select", default=None,
+                   help="pytest's -k expression, to run some tests only")
     p.add_argument("--timeout", type=float, default=60, help="seconds per test")
     p.add_argument("--json", nargs="?", const=RESULTS / "sklearn_suite.json", type=Path,
                    default=None, help="write the results (default path: %(const)s)")
