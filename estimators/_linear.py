@@ -22,6 +22,31 @@ def split_theta(theta: np.ndarray, n_features: int, fit_intercept: bool):
     return coef, intercept
 
 
+def target_columns(y) -> tuple[list, bool]:
+    """The columns of an in-memory regression target as contiguous float64 vectors (one for
+    a 1D target), and whether the target was 2D (multi-output: one model per column, as
+    scikit-learn's least-squares estimators fit)."""
+    Y = np.asarray(y, dtype=np.float64)
+    if Y.ndim == 1:
+        return [Y], False
+    return [np.ascontiguousarray(Y[:, j]) for j in range(Y.shape[1])], True
+
+
+def stack_fits(coefs: list, intercepts: list, multi: bool, dtype=np.float64, *,
+               ravel_one: bool = False):
+    """``(coef_, intercept_)`` in scikit-learn's layout: ``(n_features,)`` and a numpy
+    scalar for a 1D target, ``(n_targets, n_features)`` and ``(n_targets,)`` for a 2D one
+    (``ravel_one``: ``(n_features,)`` and ``(1,)`` for a single column, as scikit-learn's
+    Ridge); float32 when the training rows were (as scikit-learn keeps them)."""
+    dtype = np.float32 if dtype == np.float32 else np.float64
+    if multi and ravel_one and len(coefs) == 1:
+        return np.asarray(coefs[0], dtype=dtype), np.asarray(intercepts, dtype=dtype)
+    if multi:
+        return (np.asarray(np.vstack(coefs), dtype=dtype),
+                np.asarray(intercepts, dtype=dtype))
+    return np.asarray(coefs[0], dtype=dtype), dtype(intercepts[0])
+
+
 class LinearPredictMixin:
     """Row-wise prediction from fitted ``coef_`` and ``intercept_``; lazy on dask input."""
 
@@ -34,3 +59,16 @@ class LinearPredictMixin:
 
     def _decision(self, X) -> np.ndarray:
         return scores(X, self.coef_, self.intercept_)
+
+    def _regression(self, X) -> np.ndarray:
+        """``X @ coef_.T + intercept_``: a vector for one target, one column per target
+        for a 2D ``coef_``."""
+        coef = np.asarray(self.coef_)
+        if coef.ndim == 1:
+            return np.asarray(X @ coef).ravel() + self.intercept_
+        return np.asarray(X @ coef.T) + self.intercept_
+
+    def _predict_regression(self, X):
+        check_is_fitted(self)
+        coef = np.asarray(self.coef_)
+        return self._apply(X, self._regression, None if coef.ndim == 1 else coef.shape[0])
