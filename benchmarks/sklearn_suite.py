@@ -319,25 +319,33 @@ def normalise(message: str, width: int = 110) -> str:
 # -- the driver --------------------------------------------------------------------------------
 
 
-def run_pytest(mode: str, paths: list[str], args, out: Path) -> float:
+def run_pytest(mode: str, paths: list[str], out: Path, *, timeout: float = 60,
+               sample: int = 1, estimators: list[str] | None = None,
+               select: str | None = None, quiet: bool = False) -> dict:
+    """Run scikit-learn's tests at ``paths`` (files or node ids) in a pytest subprocess in
+    ``mode`` ("baseline" or "swapped"); return ``{node id: {"outcome", "constructed",
+    "cause", "seconds"}}`` (also written to ``out``) with the run's wall time under
+    ``"__seconds__"``."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     cmd = [sys.executable, "-m", "pytest", "-p", "sklearn_suite", "-p", "no:cacheprovider",
-           "-q", "-o", "addopts=", "-o", "timeout_method=signal", f"--timeout={args.timeout}",
+           "-q", "-o", "addopts=", "-o", "timeout_method=signal", f"--timeout={timeout}",
            f"--rootdir={SKLEARN}", "--tb=no", "--no-header", "-rN",
-           f"--suite-mode={mode}", f"--suite-out={out}", f"--suite-sample={args.sample}",
-           f"--suite-estimators={','.join(args.estimators or [])}",
-           *(["-k", args.select] if args.select else []), *paths]
+           f"--suite-mode={mode}", f"--suite-out={out}", f"--suite-sample={sample}",
+           f"--suite-estimators={','.join(estimators or [])}",
+           *(["-k", select] if select else []), *paths]
+    out.unlink(missing_ok=True)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=tempfile.gettempdir(), env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, check=False)
     seconds = time.perf_counter() - t0
     tail = proc.stdout.strip().splitlines()[-1:] or [""]
-    print(f"  {mode}: {tail[0]} ({seconds:.0f} s)", flush=True)
+    if not quiet:
+        print(f"  {mode}: {tail[0]} ({seconds:.0f} s)", flush=True)
     if not out.exists():
         print(proc.stdout[-5000:])
-        raise SystemExit(f"the {mode} run wrote no results (exit code {proc.returncode})")
-    return seconds
+        raise RuntimeError(f"the {mode} run wrote no results (exit code {proc.returncode})")
+    return {**json.loads(out.read_text()), "__seconds__": seconds}
 
 
 def documented_reason(nodeid: str) -> str | None:
@@ -430,16 +438,15 @@ def main(argv=None) -> int:
     paths = [str(SKLEARN / MODULES[m]) for m in args.modules]
     print(f"scikit-learn {sklearn.__version__}: {', '.join(args.modules)}"
           f"{f', every {args.sample}th test' if args.sample > 1 else ''}", flush=True)
-    raw = {}
-    seconds = {}
+    raw, seconds = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         keep = args.keep or Path(tmp)
         keep.mkdir(parents=True, exist_ok=True)
         for mode in ("baseline", "swapped"):
-            out = keep / f"{mode}.json"
-            out.unlink(missing_ok=True)
-            seconds[mode] = run_pytest(mode, paths, args, out)
-            raw[mode] = json.loads(out.read_text())
+            raw[mode] = run_pytest(mode, paths, keep / f"{mode}.json", timeout=args.timeout,
+                                   sample=args.sample, estimators=args.estimators,
+                                   select=args.select)
+            seconds[mode] = raw[mode].pop("__seconds__")
     result = analyse(raw["baseline"], raw["swapped"], args.estimators)
     print(report(result))
     if args.json:
