@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.utils.validation import check_is_fitted
 
 from ._inputs import map_rows, validate_predict
 
 
 def scores(X, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray:
-    """``X @ coef.T + intercept`` for a dense or CSR block; 1D when ``coef`` has one row."""
-    z = np.asarray(X @ coef.T) + intercept
+    """``X @ coef.T + intercept`` for a dense or CSR block (``coef`` dense or, after
+    ``sparsify()``, CSR); 1D when ``coef`` has one row."""
+    product = X @ coef.T
+    if sp.issparse(product):
+        product = product.toarray()
+    z = np.asarray(product) + intercept
     return z.ravel() if coef.shape[0] == 1 else z
 
 
@@ -72,3 +77,41 @@ class LinearPredictMixin:
         check_is_fitted(self)
         coef = np.asarray(self.coef_)
         return self._apply(X, self._regression, None if coef.ndim == 1 else coef.shape[0])
+
+
+def keep_float32(est, dtype, names=("coef_", "intercept_")) -> None:
+    """Fitted arrays in float32 when the training rows were float32, as scikit-learn keeps
+    them (the engine computes in float64)."""
+    if dtype == np.float32:
+        for name in names:
+            setattr(est, name, np.asarray(getattr(est, name), dtype=np.float32))
+
+
+class SparseCoefMixin:
+    """scikit-learn's ``densify`` and ``sparsify`` of a linear classifier's ``coef_``."""
+
+    def densify(self):
+        """Convert the coefficient matrix to a dense array (the format of a fit).
+
+        Returns
+        -------
+        self : object
+            The estimator, ``coef_`` dense.
+        """
+        check_is_fitted(self, msg="Estimator, %(name)s, must be fitted before densifying.")
+        if sp.issparse(self.coef_):
+            self.coef_ = self.coef_.toarray()
+        return self
+
+    def sparsify(self):
+        """Convert the coefficient matrix to a CSR array, for models with many zeros (an L1
+        penalty); ``predict`` and ``decision_function`` take it as it is.
+
+        Returns
+        -------
+        self : object
+            The estimator, ``coef_`` a ``scipy.sparse.csr_array``.
+        """
+        check_is_fitted(self, msg="Estimator, %(name)s, must be fitted before sparsifying.")
+        self.coef_ = sp.csr_array(self.coef_)
+        return self

@@ -25,7 +25,7 @@ from ._classifier import LinearClassifierPredictMixin
 from ._engine import EngineMixin
 from ._inputs import validate_fit
 from ._least_squares import warm_coefficients
-from ._linear import split_theta
+from ._linear import SparseCoefMixin, keep_float32, split_theta
 from ._validation import (
     BOOLEAN,
     ENGINE_CONSTRAINTS,
@@ -50,8 +50,8 @@ SAME_OBJECTIVE_SOLVERS = {"lbfgs", "newton-cg", "newton-cholesky", "sag", "saga"
 CLASS_WEIGHT = [dict, StrOptions({"balanced"}), None]
 
 
-class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMixin,
-                         BaseEstimator):
+class LogisticRegression(SparseCoefMixin, LinearClassifierPredictMixin, ClassifierMixin,
+                         EngineMixin, BaseEstimator):
     """Logistic regression whose fit runs on a Dask cluster (A-BSP by default).
 
     A drop-in for :class:`sklearn.linear_model.LogisticRegression`: it minimises the same
@@ -318,6 +318,7 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
                                attributes=attributes)
         for name, value in attributes(res.coef).items():
             setattr(self, name, value)
+        keep_float32(self, data.X.dtype)
         self.n_iter_ = np.array([res.n_iter], dtype=np.int32)
         return self
 
