@@ -429,6 +429,9 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=60, help="seconds per test")
     p.add_argument("--json", nargs="?", const=RESULTS / "sklearn_suite.json", type=Path,
                    default=None, help="write the results (default path: %(const)s)")
+    p.add_argument("--baseline-from", type=Path, default=None,
+                   help="reuse the baseline run's per-test JSON (from --keep) instead of "
+                        "running it again: it does not depend on daskabsp")
     p.add_argument("--keep", type=Path, default=None,
                    help="directory for the raw per-test JSON of both runs")
     args = p.parse_args(argv)
@@ -442,7 +445,13 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         keep = args.keep or Path(tmp)
         keep.mkdir(parents=True, exist_ok=True)
+        if args.baseline_from is not None:
+            raw["baseline"] = json.loads(args.baseline_from.read_text())
+            seconds["baseline"] = None
+            print(f"  baseline: from {args.baseline_from}", flush=True)
         for mode in ("baseline", "swapped"):
+            if mode in raw:
+                continue
             raw[mode] = run_pytest(mode, paths, keep / f"{mode}.json", timeout=args.timeout,
                                    sample=args.sample, estimators=args.estimators,
                                    select=args.select)
