@@ -29,10 +29,11 @@ from ._linear import SparseCoefMixin, keep_float32, split_theta
 from ._validation import (
     BOOLEAN,
     ENGINE_CONSTRAINTS,
-    FALSE_ONLY,
     Hidden,
     Interval,
+    InvalidParameterError,
     StrOptions,
+    reject,
     validate_params,
 )
 
@@ -67,8 +68,10 @@ class LogisticRegression(SparseCoefMixin, LinearClassifierPredictMixin, Classifi
 
     Every parameter of scikit-learn's class is accepted, with its default; those that choose
     how scikit-learn solves the problem (``solver``, ``intercept_scaling``, ``n_jobs``) are
-    ignored, and those that ask for what the engine does not do (liblinear's objective,
-    ``dual=True``) are rejected with the reason.
+    ignored, except ``solver="liblinear"``, whose own objective (a penalised intercept, two
+    classes, as scikit-learn 1.8+) is minimised then; liblinear with an L1 penalty is
+    rejected with the reason. The section "Differences from scikit-learn" of the
+    :doc:`estimators guide </user-guide/estimators>` lists what else differs.
 
     Parameters
     ----------
@@ -86,8 +89,8 @@ class LogisticRegression(SparseCoefMixin, LinearClassifierPredictMixin, Classifi
         between the elastic net. ``None`` (the default before scikit-learn 1.8) means 0.
         Any solver value works with it (scikit-learn asks for ``"saga"``).
     dual : bool, default=False
-        Only ``False``: scikit-learn's dual formulation exists for liblinear only, whose
-        objective is not this one.
+        ``True`` with ``solver="liblinear"`` only (scikit-learn's rule): daskabsp then
+        solves the primal, which has the same optimum.
     tol : float, default=1e-4
         Stop when ``max |gradient| <= tol`` and the Newton decrement ``d`` has
         ``d^2 / 2 <= tol / 100`` (scikit-learn's Newton solvers' rule, a little tighter), on
@@ -97,18 +100,22 @@ class LogisticRegression(SparseCoefMixin, LinearClassifierPredictMixin, Classifi
     fit_intercept : bool, default=True
         Whether to fit an intercept (not penalised).
     intercept_scaling : float, default=1
-        Ignored, as scikit-learn ignores it for every solver but liblinear (the intercept is
-        not penalised).
+        Ignored, as scikit-learn ignores it, for every solver but liblinear: with
+        ``solver="liblinear"`` the intercept is the weight of a constant feature of this
+        value, penalised as the others (liblinear's objective).
     class_weight : dict or "balanced", default=None
         Weights of the classes, multiplied into ``sample_weight``.
     random_state : int, RandomState instance or None, default=None
         Ignored: the fit draws nothing at random (scikit-learn uses it for sag, saga and
         liblinear only).
-    solver : {"lbfgs", "newton-cg", "newton-cholesky", "sag", "saga"}, default="lbfgs"
-        Ignored: these solvers minimise the objective above, and the engine chooses its own
-        way (Newton while the Hessian is cheap, L-BFGS steps beyond). ``"liblinear"`` is
-        rejected: it penalises the intercept and fits several classes one-vs-rest, another
-        objective.
+    solver : {"lbfgs", "liblinear", "newton-cg", "newton-cholesky", "sag", "saga"}, \
+default="lbfgs"
+        Ignored but for ``"liblinear"``: the others minimise the objective above, and the
+        engine chooses its own way (Newton while the Hessian is cheap, L-BFGS steps
+        beyond); any of them takes an L1 part (scikit-learn: ``"saga"`` only).
+        ``"liblinear"`` (two classes, as in scikit-learn) minimises liblinear's objective,
+        the intercept penalised as a feature of value ``intercept_scaling``, with the L2
+        penalty (with an L1 part it is rejected).
     max_iter : int, default=100
         Maximum number of rounds.
     verbose : int, default=0
@@ -195,24 +202,24 @@ class LogisticRegression(SparseCoefMixin, LinearClassifierPredictMixin, Classifi
                     Hidden(StrOptions({"deprecated"}))],
         "C": [Interval(Real, 0, None, closed="right")],
         "l1_ratio": [Interval(Real, 0, 1, closed="both"), None],
-        "dual": FALSE_ONLY,
+        "dual": BOOLEAN,
         "tol": [Interval(Real, 0, None, closed="left")],
         "fit_intercept": BOOLEAN,
         "intercept_scaling": [Interval(Real, 0, None, closed="neither")],
         "class_weight": CLASS_WEIGHT,
         "random_state": ["random_state"],
-        "solver": [StrOptions(SAME_OBJECTIVE_SOLVERS)],
+        "solver": [StrOptions(SAME_OBJECTIVE_SOLVERS | {"liblinear"})],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "warm_start": BOOLEAN,
         "n_jobs": [None, Integral],
         **ENGINE_CONSTRAINTS,
     }
     _rejected: dict = {
-        "solver": "'liblinear' penalises the intercept and fits several classes one-vs-rest, "
-                  "another objective than the one daskabsp minimises; the other solvers are "
-                  "accepted and ignored (the engine chooses Newton or L-BFGS steps).",
-        "dual": "scikit-learn's dual formulation is liblinear's, whose objective penalises "
-                "the intercept; daskabsp solves the primal of the objective above.",
+        "solver": "'liblinear' with an L1 penalty penalises the intercept by L1 too, which "
+                  "daskabsp's proximal steps do not; solver='saga' is the same model with "
+                  "the intercept unpenalised.",
+        "dual": "scikit-learn's dual formulation is liblinear's; with solver='liblinear' "
+                "daskabsp solves its primal (the same optimum).",
         "max_iter": "A fit runs at least one round.",
     }
 
@@ -251,6 +258,21 @@ class LogisticRegression(SparseCoefMixin, LinearClassifierPredictMixin, Classifi
         self.n_partitions = n_partitions
         self.quota = quota
         self.chunk_target = chunk_target
+
+    def _check_param_combinations(self) -> None:
+        """``dual=True`` is liblinear's, as in scikit-learn; liblinear with an L1 part is
+        not done (called by ``validate_params`` after the constraints)."""
+        if self.dual and self.solver != "liblinear":
+            raise InvalidParameterError(
+                f"Solver {self.solver} supports only dual=False, got dual={self.dual}. "
+                + self._rejected["dual"])
+        if self.solver == "liblinear":
+            if self.penalty is None or np.isinf(self.C):
+                raise ValueError("C=np.inf as well as penalty=None is not supported for the "
+                                 "liblinear solver")
+            if self._l1_ratio() > 0:
+                raise reject(self, "solver", "one of the solvers other than 'liblinear' "
+                             "with an L1 penalty", self._rejected["solver"])
 
     def _l1_ratio(self) -> float:
         """The share of the L1 penalty, resolved as scikit-learn resolves ``penalty`` and
@@ -297,13 +319,25 @@ class LogisticRegression(SparseCoefMixin, LinearClassifierPredictMixin, Classifi
         with self._client().as_current():  # a lazy target is computed where the fit runs
             t = encode_targets(self, data, self.class_weight)
         K, d = len(t.classes), data.X.shape[1]
+        liblinear = self.solver == "liblinear"
+        if liblinear and K > 2:
+            raise ValueError(
+                "The 'liblinear' solver does not support multiclass classification (n_classes "
+                ">= 3). Either use another solver or wrap the estimator in a "
+                "OneVsRestClassifier to keep applying a one-versus-rest scheme.")
         l1, l2 = (s / t.weight_sum for s in self._penalty_scales())
         start = warm_coefficients(self, d, 1 if K == 2 else K)
         if start is not None:
             start = start.reshape(1, -1)
         common = dict(l2=l2, fit_intercept=self.fit_intercept, tol=self.tol,
                       max_hessian=hessian_limit(data.n_samples), start=start)
-        if K == 2:
+        if liblinear:
+            # liblinear's objective: the intercept is the weight of a constant feature
+            # intercept_scaling, penalised as the others: (b / intercept_scaling)^2 / 2 C
+            program = LinearNewton(loss="logistic",
+                                   l2_intercept=l2 / float(self.intercept_scaling) ** 2,
+                                   **common)
+        elif K == 2:
             program = (ProximalLinear(loss="logistic", l1=l1, **common) if l1 > 0
                        else LinearNewton(loss="logistic", **common))
         else:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn import linear_model as sk_linear
 
-from daskabsp.estimators import LinearRegression, Ridge
+from daskabsp.estimators import LinearRegression, LogisticRegression, Ridge
 
 
 @pytest.fixture
@@ -51,3 +51,19 @@ def test_float32_rows_give_float32_coefficients_and_scalar_weights_work(client, 
     ours = Ours(sync="bsp").fit(X.astype(np.float32), Y[:, 0], sample_weight=2.0)
     assert ours.coef_.dtype == np.float32
     assert ours.predict(X.astype(np.float32)).dtype == np.float32
+
+
+def test_liblinear_objective_with_its_penalised_intercept(client):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((80, 3))
+    y = (X[:, 0] + 0.5 * rng.standard_normal(80) > 0.8).astype(int)
+    for scaling in (1.0, 0.1):
+        params = dict(solver="liblinear", intercept_scaling=scaling, tol=1e-8)
+        ours = LogisticRegression(sync="bsp", **params).fit(X, y)
+        theirs = sk_linear.LogisticRegression(**params).fit(X, y)
+        np.testing.assert_allclose(ours.intercept_, theirs.intercept_, atol=1e-4)
+        np.testing.assert_allclose(ours.coef_, theirs.coef_, atol=1e-4)
+    with pytest.raises(ValueError, match="Solver lbfgs supports only dual=False, got dual"):
+        LogisticRegression(dual=True).fit(X, y)
+    with pytest.raises(ValueError, match="does not support multiclass classification"):
+        LogisticRegression(solver="liblinear").fit(X, np.arange(80) % 3)
