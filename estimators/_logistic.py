@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
 import sklearn
 from scipy.special import expit, log_softmax
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression as SkLogisticRegression
 from sklearn.utils.validation import check_is_fitted
 
@@ -19,7 +21,7 @@ from daskabsp.programs import (
     hessian_limit,
 )
 
-from ._callbacks import fit_with_callbacks
+from ._callbacks import caller_stacklevel, fit_with_callbacks
 from ._classes import encode_targets
 from ._classifier import LinearClassifierPredictMixin
 from ._engine import EngineMixin
@@ -117,7 +119,8 @@ default="lbfgs"
         the intercept penalised as a feature of value ``intercept_scaling``, with the L2
         penalty (with an L1 part it is rejected).
     max_iter : int, default=100
-        Maximum number of rounds.
+        Maximum number of rounds. 0, as in scikit-learn: no round, the coefficients are
+        the starting point (zeros, or the previous fit's with ``warm_start``).
     verbose : int, default=0
         0: silent. 1 or more: a progress bar of the fit's rounds (rounds done, objective,
         share of the rows asked for that were used, partitions harvested, elapsed time): a
@@ -209,7 +212,7 @@ default="lbfgs"
         "class_weight": CLASS_WEIGHT,
         "random_state": ["random_state"],
         "solver": [StrOptions(SAME_OBJECTIVE_SOLVERS | {"liblinear"})],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 0, None, closed="left")],
         "warm_start": BOOLEAN,
         "n_jobs": [None, Integral],
         **ENGINE_CONSTRAINTS,
@@ -220,7 +223,6 @@ default="lbfgs"
                   "the intercept unpenalised.",
         "dual": "scikit-learn's dual formulation is liblinear's; with solver='liblinear' "
                 "daskabsp solves its primal (the same optimum).",
-        "max_iter": "A fit runs at least one round.",
     }
 
     #: scikit-learn's parameters accepted but without effect here, and why.
@@ -315,6 +317,7 @@ default="lbfgs"
             The fitted estimator.
         """
         validate_params(self, self._parameter_constraints)
+        self._warn_as_sklearn()
         data = validate_fit(self, X, y, sample_weight=sample_weight)
         with self._client().as_current():  # a lazy target is computed where the fit runs
             t = encode_targets(self, data, self.class_weight)
@@ -348,13 +351,61 @@ default="lbfgs"
             coef, intercept = split_theta(theta, d, self.fit_intercept)
             return {"coef_": coef, "intercept_": intercept, "classes_": t.classes}
 
-        res = self._run_engine(program, data, t.codes, t.weights, max_iter=self.max_iter,
-                               attributes=attributes)
-        for name, value in attributes(res.coef).items():
+        if self.max_iter == 0:  # scikit-learn's way to see the starting point
+            rows = 1 if K == 2 else K
+            theta = (start if start is not None
+                     else np.zeros((rows, d + int(bool(self.fit_intercept)))))
+            n_iter = 0
+            warnings.warn(f"{type(self).__name__} did not converge: max_iter=0, the "
+                          "coefficients are the starting point.", ConvergenceWarning,
+                          stacklevel=caller_stacklevel())
+        else:
+            res = self._run_engine(program, data, t.codes, t.weights,
+                                   max_iter=self.max_iter, attributes=attributes)
+            theta, n_iter = res.coef, res.n_iter
+        for name, value in attributes(theta).items():
             setattr(self, name, value)
         keep_float32(self, data.X.dtype)
-        self.n_iter_ = np.array([res.n_iter], dtype=np.int32)
+        self.n_iter_ = np.array([n_iter], dtype=np.int32)
         return self
+
+    def _warn_as_sklearn(self) -> None:
+        """scikit-learn's warnings about ``penalty``, ``l1_ratio``, ``C`` and ``n_jobs``
+        (its deprecations of 1.8, and values that have no effect), with its wording."""
+        level = caller_stacklevel()
+        if SKLEARN_18:
+            if self.penalty == "deprecated" and self.l1_ratio is None:
+                warnings.warn("'l1_ratio=None' was deprecated in version 1.8 and will trigger "
+                              "an error in 1.10. Use 0<=l1_ratio<=1 instead.", FutureWarning,
+                              stacklevel=level)
+            if self.penalty != "deprecated":
+                warnings.warn(
+                    "'penalty' was deprecated in version 1.8 and will be removed in 1.10. To "
+                    "avoid this warning, leave 'penalty' set to its default value and use "
+                    "'l1_ratio' or 'C' instead. Use l1_ratio=0 instead of penalty='l2', "
+                    "l1_ratio=1 instead of penalty='l1', l1_ratio set to a float between 0 "
+                    "and 1 instead of penalty='elasticnet', and C=np.inf instead of "
+                    "penalty=None.", FutureWarning, stacklevel=level)
+            if self.n_jobs is not None:
+                warnings.warn("'n_jobs' has no effect since 1.8 and will be removed in 1.10. "
+                              f"You provided 'n_jobs={self.n_jobs}', please leave it "
+                              "unspecified.", FutureWarning, stacklevel=level)
+        r = self.l1_ratio
+        penalty = self.penalty
+        if penalty == "deprecated":
+            penalty = ("l2" if r in (0, None) else "l1" if r == 1 else "elasticnet")
+            if np.isinf(self.C):
+                penalty = None
+        if penalty != "elasticnet" and r is not None and 0 < r < 1:
+            warnings.warn("l1_ratio parameter is only used when penalty is 'elasticnet'. "
+                          f"Got (penalty={penalty})", UserWarning, stacklevel=level)
+        if (self.penalty == "l2" and r != 0) or (self.penalty == "l1" and r != 1):
+            warnings.warn(f"Inconsistent values: penalty={self.penalty} with l1_ratio={r}. "
+                          "penalty is deprecated. Please use l1_ratio only.", UserWarning,
+                          stacklevel=level)
+        if self.penalty is None and self.C != 1.0:
+            warnings.warn("Setting penalty=None will ignore the C and l1_ratio parameters",
+                          UserWarning, stacklevel=level)
 
     def _proba(self, X) -> np.ndarray:
         z = self._decision(X)
