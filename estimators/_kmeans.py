@@ -9,7 +9,12 @@ import dask
 import dask.array as da
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    ClusterMixin,
+    TransformerMixin,
+)
 from sklearn.cluster import KMeans as SkKMeans
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_array, check_random_state
@@ -121,7 +126,8 @@ def _seeds(rng: np.random.RandomState) -> tuple[int, int]:
     return (hi << 32) | lo, local
 
 
-class KMeans(TransformerMixin, ClusterMixin, EngineMixin, BaseEstimator):
+class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, EngineMixin,
+             BaseEstimator):
     """K-means clustering whose Lloyd iterations run on a Dask cluster (A-BSP by default).
 
     A drop-in for :class:`sklearn.cluster.KMeans` (Lloyd's algorithm). Each round, every
@@ -402,6 +408,11 @@ class KMeans(TransformerMixin, ClusterMixin, EngineMixin, BaseEstimator):
         return self
 
     # -- use ----------------------------------------------------------------------------------
+
+    @property
+    def _n_features_out(self) -> int:
+        """The columns of ``transform``: one distance per center."""
+        return self.cluster_centers_.shape[0]
 
     def _apply(self, X, func, n_out, dtype):
         check_is_fitted(self)

@@ -365,7 +365,8 @@ default="lbfgs"
             theta, n_iter = res.coef, res.n_iter
         for name, value in attributes(theta).items():
             setattr(self, name, value)
-        keep_float32(self, data.X.dtype)
+        if not liblinear:  # scikit-learn's liblinear returns float64 whatever the rows
+            keep_float32(self, data.X.dtype)
         self.n_iter_ = np.array([n_iter], dtype=np.int32)
         return self
 
