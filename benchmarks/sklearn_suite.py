@@ -74,6 +74,7 @@ _ITER = "iterations and warnings: n_iter_ counts rounds; daskabsp's ConvergenceW
 _VERBOSE = "verbose: a progress bar, not scikit-learn's text"
 _REJECTED = "rejected: objectives the engine does not minimise"
 _PRIVATE = "scikit-learn's private helpers, called with daskabsp's parameters"
+_ABSP = "timing-dependent results under the default sync='absp'"
 _NOT_TRUE = "scikit-learn's solver-specific warnings, not true here"
 for _key, _why in {
     "linear_model/tests/test_logistic.py::test_check_solver_option": _SOLVERS,
@@ -108,6 +109,7 @@ for _key, _why in {
     "linear_model/_glm/tests/test_glm.py::test_linalg_warning_with_newton_solver": _NOT_TRUE,
     "linear_model/tests/test_ridge.py::test_ridge_fit_intercept_sparse_sag": _NOT_TRUE,
     "cluster/tests/test_k_means.py::test_kmeans_verbose": _VERBOSE,
+    "cluster/tests/test_k_means.py::test_kmeans_elkan_results": _ABSP,
     "cluster/tests/test_k_means.py::test_sample_weight_init": _PRIVATE,
     "cluster/tests/test_k_means.py::test_sample_weight_zero": _PRIVATE,
 }.items():
