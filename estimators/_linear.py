@@ -73,6 +73,10 @@ class LinearPredictMixin:
             return np.asarray(X @ coef).ravel() + self.intercept_
         return np.asarray(X @ coef.T) + self.intercept_
 
+    def _fits_per_target(self, y) -> int:
+        """Engine fits a ``fit(X, y)`` runs: one per column of a 2D target."""
+        return int(np.shape(y)[1]) if y is not None and np.ndim(y) == 2 else 1
+
     def _predict_regression(self, X):
         check_is_fitted(self)
         coef = np.asarray(self.coef_)
