@@ -108,6 +108,18 @@ for _key, _why in {
     "linear_model/_glm/tests/test_glm.py::test_tweedie_score": _REJECTED,
     "linear_model/_glm/tests/test_glm.py::test_linalg_warning_with_newton_solver": _NOT_TRUE,
     "linear_model/tests/test_ridge.py::test_ridge_fit_intercept_sparse_sag": _NOT_TRUE,
+    "linear_model/tests/test_logistic.py::test_sample_and_class_weight_equivalence_liblinear":
+        _REJECTED,
+    "linear_model/tests/test_logistic.py::test_logreg_l1": _REJECTED,
+    "linear_model/tests/test_logistic.py::test_saga_vs_liblinear": _REJECTED,
+    "linear_model/tests/test_logistic.py::test_logisticregression_liblinear_sample_weight":
+        _REJECTED,
+    "linear_model/tests/test_logistic.py::test_liblinear_dual_random_state": _SOLVERS,
+    "linear_model/tests/test_logistic.py::test_logreg_predict_proba_multinomial": _PRIVATE,
+    "linear_model/tests/test_coordinate_descent.py::test_enet_toy": _REJECTED,
+    "linear_model/tests/test_coordinate_descent.py::test_enet_float_precision": _REJECTED,
+    "linear_model/tests/test_ridge.py::test_n_iter": _ITER,
+    "linear_model/tests/test_ridge.py::test_lbfgs_solver_error": _ITER,
     "cluster/tests/test_k_means.py::test_kmeans_verbose": _VERBOSE,
     "cluster/tests/test_k_means.py::test_kmeans_elkan_results": _ABSP,
     "cluster/tests/test_k_means.py::test_sample_weight_init": _PRIVATE,
