@@ -182,8 +182,10 @@ def fit_with_callbacks(fit: Callable[..., Any]) -> Callable[..., Any]:
         X, y = bound.arguments["X"], bound.arguments.get("y")
         sample_weight = bound.arguments.get("sample_weight")
         metadata = {"sample_weight": sample_weight} if sample_weight is not None else None
-        context = api.CallbackSupportMixin._init_callback_context(
-            self, max_subtasks=self._callback_max_rounds())
+        rounds = self._callback_max_rounds()
+        if rounds is not None:  # one engine fit per target column (multi-output models)
+            rounds *= getattr(self, "_fits_per_target", lambda y: 1)(y)
+        context = api.CallbackSupportMixin._init_callback_context(self, max_subtasks=rounds)
         context.call_on_fit_task_begin(estimator=self, X=X, y=y, metadata=metadata)
         self._callback_fit_args = (X, y, metadata)
         try:

@@ -120,7 +120,16 @@ class _GLMRegressor(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimat
         for name, value in self._attributes(d)(res.coef).items():
             setattr(self, name, value)
         self.n_iter_ = int(res.n_iter)
+        self._base_loss = self._get_loss()
         return self
+
+    def _get_loss(self, xp=None, device=None):
+        """scikit-learn's loss object of this model (its private ``_get_loss``, which its
+        own tests and tools call on a fitted GLM): the counterpart's, for the same
+        parameters."""
+        theirs = self._counterpart().get_params()
+        params = {k: v for k, v in self.get_params(deep=False).items() if k in theirs}
+        return self._counterpart(**params)._get_loss()
 
     def _attributes(self, d: int):
         def attributes(theta):

@@ -155,8 +155,11 @@ class FitInput:
 
 
 def validate_fit(estimator, X, y=None, *, sample_weight=None, needs_y: bool = True,
-                 y_numeric: bool = False, min_samples: int = 1) -> FitInput:
-    """Validate the fit input and set ``n_features_in_`` / ``feature_names_in_``."""
+                 y_numeric: bool = False, min_samples: int = 1,
+                 multi_output: bool = False) -> FitInput:
+    """Validate the fit input and set ``n_features_in_`` / ``feature_names_in_``
+    (``multi_output``: an in-memory 2D target is kept, as scikit-learn's ``multi_output``).
+    """
     u = _unpack(X)
     y = _vector(y)
     sample_weight = _vector(sample_weight)
@@ -180,7 +183,8 @@ def validate_fit(estimator, X, y=None, *, sample_weight=None, needs_y: bool = Tr
         data = u.data
         if needs_y:
             data, y = validate_data(estimator, data, y, accept_sparse="csr", dtype=FLOATS,
-                                    y_numeric=y_numeric, ensure_min_samples=min_samples)
+                                    y_numeric=y_numeric, ensure_min_samples=min_samples,
+                                    multi_output=multi_output)
         else:
             data = validate_data(estimator, data, accept_sparse="csr", dtype=FLOATS,
                                  ensure_min_samples=min_samples)
@@ -188,14 +192,15 @@ def validate_fit(estimator, X, y=None, *, sample_weight=None, needs_y: bool = Tr
                       reset=True)
     elif needs_y:
         data, y = validate_data(estimator, u.data, y, accept_sparse="csr", dtype=FLOATS,
-                                y_numeric=y_numeric, ensure_min_samples=min_samples)
+                                y_numeric=y_numeric, ensure_min_samples=min_samples,
+                                multi_output=multi_output)
     else:
         data = validate_data(estimator, u.data, accept_sparse="csr", dtype=FLOATS,
                              ensure_min_samples=min_samples)
     if sp.issparse(data):
         data = data.tocsr()
-    sw = None if sample_weight is None else check_sample_weight(
-        np.asarray(sample_weight), data.shape[0])
+    # (a scalar weight stays a scalar: np.asarray would make it a 0D array)
+    sw = None if sample_weight is None else check_sample_weight(sample_weight, data.shape[0])
     return FitInput(data, y, sw, False)
 
 

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import warnings
 from numbers import Integral, Real
 
 import dask
 import dask.array as da
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    ClusterMixin,
+    TransformerMixin,
+)
 from sklearn.cluster import KMeans as SkKMeans
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_array, check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 import daskabsp
 from daskabsp.programs import LloydKMeans, squared_distances
 
-from ._callbacks import fit_with_callbacks
+from ._callbacks import caller_stacklevel, fit_with_callbacks
 from ._engine import EngineMixin
 from ._inputs import map_rows, validate_fit, validate_predict
 from ._kmeans_init import BlockDraws, kmeans_parallel, random_rows
@@ -119,7 +126,8 @@ def _seeds(rng: np.random.RandomState) -> tuple[int, int]:
     return (hi << 32) | lo, local
 
 
-class KMeans(TransformerMixin, ClusterMixin, EngineMixin, BaseEstimator):
+class KMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, EngineMixin,
+             BaseEstimator):
     """K-means clustering whose Lloyd iterations run on a Dask cluster (A-BSP by default).
 
     A drop-in for :class:`sklearn.cluster.KMeans` (Lloyd's algorithm). Each round, every
@@ -269,7 +277,10 @@ class KMeans(TransformerMixin, ClusterMixin, EngineMixin, BaseEstimator):
         self.chunk_target = chunk_target
 
     def _n_inits(self) -> int:
-        """``n_init``, with ``"auto"`` resolved as scikit-learn does."""
+        """``n_init``, with ``"auto"`` resolved as scikit-learn does (one for given
+        centers, whatever ``n_init``)."""
+        if not (isinstance(self.init, str) or callable(self.init)):
+            return 1
         if self.n_init != "auto":
             return int(self.n_init)
         return AUTO_N_INIT["callable" if callable(self.init) else self.init]
@@ -353,6 +364,12 @@ class KMeans(TransformerMixin, ClusterMixin, EngineMixin, BaseEstimator):
         if n < self.n_clusters:
             raise ValueError(f"n_samples={n} should be >= n_clusters={self.n_clusters}.")
         given = self._given_centers(d)
+        if given is not None and self.n_init not in ("auto", 1):
+            warnings.warn(
+                "Explicit initial center position passed: performing only one init in "
+                f"{type(self).__name__} instead of n_init={self.n_init}.", RuntimeWarning,
+                stacklevel=caller_stacklevel())
+        self._n_init = self._n_inits()
         rng = check_random_state(self.random_state)
         client = self._client()
         # The initialisation's dask computations must run where the rows were placed, also
@@ -371,7 +388,7 @@ class KMeans(TransformerMixin, ClusterMixin, EngineMixin, BaseEstimator):
             centers = res.state.centers
             if data.lazy:
                 self.inertia_ = _inertia_total(Xd, wd, centers)
-        self.cluster_centers_ = centers
+        self.cluster_centers_ = centers.astype(data.X.dtype, copy=False)
         self.n_iter_ = int(res.n_iter)
         if data.lazy:
             self.labels_ = map_rows(data.X, lambda b, c=centers: _labels(b, c), n_out=None,
@@ -382,9 +399,20 @@ class KMeans(TransformerMixin, ClusterMixin, EngineMixin, BaseEstimator):
             mind = D[np.arange(n), self.labels_]
             sw = data.sample_weight
             self.inertia_ = float(mind.sum() if sw is None else mind @ sw)
+            distinct = len(np.unique(self.labels_))
+            if distinct < self.n_clusters:
+                warnings.warn(
+                    f"Number of distinct clusters ({distinct}) found smaller than n_clusters "
+                    f"({self.n_clusters}). Possibly due to duplicate points in X.",
+                    ConvergenceWarning, stacklevel=caller_stacklevel())
         return self
 
     # -- use ----------------------------------------------------------------------------------
+
+    @property
+    def _n_features_out(self) -> int:
+        """The columns of ``transform``: one distance per center."""
+        return self.cluster_centers_.shape[0]
 
     def _apply(self, X, func, n_out, dtype):
         check_is_fitted(self)

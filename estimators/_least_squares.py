@@ -17,7 +17,7 @@ from daskabsp.programs.gram import GRAM_LIMIT
 from ._callbacks import fit_with_callbacks
 from ._engine import EngineMixin
 from ._inputs import FitInput, validate_fit
-from ._linear import LinearPredictMixin, split_theta
+from ._linear import LinearPredictMixin, split_theta, stack_fits, target_columns
 from ._validation import BOOLEAN, ENGINE_CONSTRAINTS, Interval, validate_params
 
 #: Rows whose mean is the rough centre of dense rows (see daskabsp.programs.gram).
@@ -97,7 +97,7 @@ def float_target(data: FitInput):
 class LinearRegression(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator):
     """Ordinary least squares whose fit runs on a Dask cluster.
 
-    A drop-in for :class:`sklearn.linear_model.LinearRegression` (one target): it minimises
+    A drop-in for :class:`sklearn.linear_model.LinearRegression`: it minimises
     ``||y - X w - b||^2`` (weighted by ``sample_weight``). Up to 1 024 features the fit is
     one pass over the rows, each partition summing its rows' moments (their sum, Gram matrix
     and products with the target), and an exact solve on the driver: the minimum-norm
@@ -138,9 +138,10 @@ class LinearRegression(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEsti
 
     Attributes
     ----------
-    coef_ : ndarray of shape (n_features,)
-        Coefficients.
-    intercept_ : float
+    coef_ : ndarray of shape (n_features,) or (n_targets, n_features)
+        Coefficients (one row per target for a 2D target, each fitted on its own; float32
+        for float32 ``X``, as scikit-learn).
+    intercept_ : float or ndarray of shape (n_targets,)
         Intercept (0.0 without ``fit_intercept``).
     rank_ : int
         Rank of the centred rows (one-pass fit without ``positive`` only).
@@ -167,7 +168,7 @@ class LinearRegression(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEsti
     >>> X = np.array([[1.0, 1.0], [1.0, 2.0], [2.0, 2.0], [2.0, 3.0]])
     >>> y = X @ [1.0, 2.0] + 3.0
     >>> reg = LinearRegression().fit(X, y)
-    >>> reg.coef_, reg.intercept_
+    >>> reg.coef_, float(reg.intercept_)
     (array([1., 2.]), 3.0...)
     """
 
@@ -202,6 +203,11 @@ class LinearRegression(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEsti
         self.chunk_target = chunk_target
         self.verbose = verbose
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True  # a 2D target: one fit per column
+        return tags
+
     def _max_rounds(self) -> int:
         return PASS_ROUNDS
 
@@ -214,7 +220,8 @@ class LinearRegression(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEsti
         X : {array-like, sparse matrix, dask array, dask DataFrame, DataArray} of shape \
 (n_samples, n_features)
             Training data.
-        y : array-like or dask array of shape (n_samples,)
+        y : array-like of shape (n_samples,) or (n_samples, n_targets), or dask array of \
+(n_samples,)
             Target values.
         sample_weight : array-like or dask array of shape (n_samples,), default=None
             Sample weights.
@@ -225,35 +232,46 @@ class LinearRegression(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEsti
             Fitted estimator.
         """
         validate_params(self, self._parameter_constraints)
-        data = validate_fit(self, X, y, sample_weight=sample_weight, y_numeric=True)
-        y = float_target(data)
+        data = validate_fit(self, X, y, sample_weight=sample_weight, y_numeric=True,
+                            multi_output=True)
+        if data.lazy:
+            columns, multi = [float_target(data)], False
+        else:
+            columns, multi = target_columns(data.y)
         sw = data.sample_weight
         n, d = data.X.shape
         for name in ("rank_", "singular_"):
             self.__dict__.pop(name, None)
-        if narrow(d):
-            rcond = max(float(self.tol) ** 2, 10 * d * np.finfo(float).eps)
-            res = moments_fit(self, data, y, sw, positive=self.positive, rcond=rcond)
-            sol = res.state.solution
-            if sol.eigenvalues is not None:
-                eig = np.maximum(sol.eigenvalues[::-1], 0.0)
-                self.rank_ = int(np.count_nonzero(eig > rcond * max(eig[0], 0.0)))
-                self.singular_ = np.sqrt(eig * sol.moments.weight)[:min(n, d)]
-            self.coef_, self.intercept_ = sol.coef, float(sol.intercept)
-        else:
-            common = dict(l2=0.0, fit_intercept=self.fit_intercept, tol=self.tol,
-                          max_hessian=hessian_limit(n))
-            program = (ProximalLinear(loss="squared", positive=True, **common)
-                       if self.positive else LinearNewton(loss="squared", **common))
+        coefs, intercepts, n_iter = [], [], 0
+        for j, y_col in enumerate(columns):
+            if narrow(d):
+                rcond = max(float(self.tol) ** 2, 10 * d * np.finfo(float).eps)
+                res = moments_fit(self, data, y_col, sw, positive=self.positive, rcond=rcond)
+                sol = res.state.solution
+                if sol.eigenvalues is not None and j == 0:  # the same rows for every target
+                    eig = np.maximum(sol.eigenvalues[::-1], 0.0)
+                    self.rank_ = int(np.count_nonzero(eig > rcond * max(eig[0], 0.0)))
+                    self.singular_ = np.sqrt(eig * sol.moments.weight)[:min(n, d)]
+                coefs.append(sol.coef)
+                intercepts.append(float(sol.intercept) if self.fit_intercept else 0.0)
+            else:
+                common = dict(l2=0.0, fit_intercept=self.fit_intercept, tol=self.tol,
+                              max_hessian=hessian_limit(n))
+                program = (ProximalLinear(loss="squared", positive=True, **common)
+                           if self.positive else LinearNewton(loss="squared", **common))
 
-            def attributes(theta):
-                coef, intercept = split_theta(theta, d, self.fit_intercept)
-                return {"coef_": coef[0], "intercept_": float(intercept[0])}
+                def attributes(theta):
+                    coef, intercept = split_theta(theta, d, self.fit_intercept)
+                    return {"coef_": coef[0], "intercept_": float(intercept[0])}
 
-            res = self._run_engine(program, data, y, sw, max_iter=100, attributes=attributes)
-            for name, value in attributes(res.coef).items():
-                setattr(self, name, value)
-        self.n_iter_ = int(res.n_iter)
+                res = self._run_engine(program, data, y_col, sw, max_iter=100,
+                                       attributes=attributes)
+                coef, intercept = split_theta(res.coef, d, self.fit_intercept)
+                coefs.append(coef[0])
+                intercepts.append(intercept[0])
+            n_iter = max(n_iter, int(res.n_iter))
+        self.coef_, self.intercept_ = stack_fits(coefs, intercepts, multi, data.X.dtype)
+        self.n_iter_ = n_iter
         return self
 
     def predict(self, X):
@@ -269,7 +287,4 @@ class LinearRegression(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEsti
         ndarray or dask array of shape (n_samples,)
             Predicted values (a lazy dask array when ``X`` is dask-backed).
         """
-        return self._apply(X, self._decision_1d, None)
-
-    def _decision_1d(self, X) -> np.ndarray:
-        return np.asarray(X @ self.coef_).ravel() + self.intercept_
+        return self._predict_regression(X)

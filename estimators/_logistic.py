@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
 import sklearn
 from scipy.special import expit, log_softmax
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression as SkLogisticRegression
 from sklearn.utils.validation import check_is_fitted
 
@@ -19,20 +21,21 @@ from daskabsp.programs import (
     hessian_limit,
 )
 
-from ._callbacks import fit_with_callbacks
+from ._callbacks import caller_stacklevel, fit_with_callbacks
 from ._classes import encode_targets
 from ._classifier import LinearClassifierPredictMixin
 from ._engine import EngineMixin
 from ._inputs import validate_fit
 from ._least_squares import warm_coefficients
-from ._linear import split_theta
+from ._linear import SparseCoefMixin, keep_float32, split_theta
 from ._validation import (
     BOOLEAN,
     ENGINE_CONSTRAINTS,
-    FALSE_ONLY,
     Hidden,
     Interval,
+    InvalidParameterError,
     StrOptions,
+    reject,
     validate_params,
 )
 
@@ -50,8 +53,8 @@ SAME_OBJECTIVE_SOLVERS = {"lbfgs", "newton-cg", "newton-cholesky", "sag", "saga"
 CLASS_WEIGHT = [dict, StrOptions({"balanced"}), None]
 
 
-class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMixin,
-                         BaseEstimator):
+class LogisticRegression(SparseCoefMixin, LinearClassifierPredictMixin, ClassifierMixin,
+                         EngineMixin, BaseEstimator):
     """Logistic regression whose fit runs on a Dask cluster (A-BSP by default).
 
     A drop-in for :class:`sklearn.linear_model.LogisticRegression`: it minimises the same
@@ -67,8 +70,10 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
 
     Every parameter of scikit-learn's class is accepted, with its default; those that choose
     how scikit-learn solves the problem (``solver``, ``intercept_scaling``, ``n_jobs``) are
-    ignored, and those that ask for what the engine does not do (liblinear's objective,
-    ``dual=True``) are rejected with the reason.
+    ignored, except ``solver="liblinear"``, whose own objective (a penalised intercept, two
+    classes, as scikit-learn 1.8+) is minimised then; liblinear with an L1 penalty is
+    rejected with the reason. The section "Differences from scikit-learn" of the
+    :doc:`estimators guide </user-guide/estimators>` lists what else differs.
 
     Parameters
     ----------
@@ -86,8 +91,8 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
         between the elastic net. ``None`` (the default before scikit-learn 1.8) means 0.
         Any solver value works with it (scikit-learn asks for ``"saga"``).
     dual : bool, default=False
-        Only ``False``: scikit-learn's dual formulation exists for liblinear only, whose
-        objective is not this one.
+        ``True`` with ``solver="liblinear"`` only (scikit-learn's rule): daskabsp then
+        solves the primal, which has the same optimum.
     tol : float, default=1e-4
         Stop when ``max |gradient| <= tol`` and the Newton decrement ``d`` has
         ``d^2 / 2 <= tol / 100`` (scikit-learn's Newton solvers' rule, a little tighter), on
@@ -97,20 +102,25 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
     fit_intercept : bool, default=True
         Whether to fit an intercept (not penalised).
     intercept_scaling : float, default=1
-        Ignored, as scikit-learn ignores it for every solver but liblinear (the intercept is
-        not penalised).
+        Ignored, as scikit-learn ignores it, for every solver but liblinear: with
+        ``solver="liblinear"`` the intercept is the weight of a constant feature of this
+        value, penalised as the others (liblinear's objective).
     class_weight : dict or "balanced", default=None
         Weights of the classes, multiplied into ``sample_weight``.
     random_state : int, RandomState instance or None, default=None
         Ignored: the fit draws nothing at random (scikit-learn uses it for sag, saga and
         liblinear only).
-    solver : {"lbfgs", "newton-cg", "newton-cholesky", "sag", "saga"}, default="lbfgs"
-        Ignored: these solvers minimise the objective above, and the engine chooses its own
-        way (Newton while the Hessian is cheap, L-BFGS steps beyond). ``"liblinear"`` is
-        rejected: it penalises the intercept and fits several classes one-vs-rest, another
-        objective.
+    solver : {"lbfgs", "liblinear", "newton-cg", "newton-cholesky", "sag", "saga"}, \
+default="lbfgs"
+        Ignored but for ``"liblinear"``: the others minimise the objective above, and the
+        engine chooses its own way (Newton while the Hessian is cheap, L-BFGS steps
+        beyond); any of them takes an L1 part (scikit-learn: ``"saga"`` only).
+        ``"liblinear"`` (two classes, as in scikit-learn) minimises liblinear's objective,
+        the intercept penalised as a feature of value ``intercept_scaling``, with the L2
+        penalty (with an L1 part it is rejected).
     max_iter : int, default=100
-        Maximum number of rounds.
+        Maximum number of rounds. 0, as in scikit-learn: no round, the coefficients are
+        the starting point (zeros, or the previous fit's with ``warm_start``).
     verbose : int, default=0
         0: silent. 1 or more: a progress bar of the fit's rounds (rounds done, objective,
         share of the rows asked for that were used, partitions harvested, elapsed time): a
@@ -198,25 +208,24 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
                     Hidden(StrOptions({"deprecated"}))],
         "C": [Interval(Real, 0, None, closed="right")],
         "l1_ratio": [Interval(Real, 0, 1, closed="both"), None],
-        "dual": FALSE_ONLY,
+        "dual": BOOLEAN,
         "tol": [Interval(Real, 0, None, closed="left")],
         "fit_intercept": BOOLEAN,
         "intercept_scaling": [Interval(Real, 0, None, closed="neither")],
         "class_weight": CLASS_WEIGHT,
         "random_state": ["random_state"],
-        "solver": [StrOptions(SAME_OBJECTIVE_SOLVERS)],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "solver": [StrOptions(SAME_OBJECTIVE_SOLVERS | {"liblinear"})],
+        "max_iter": [Interval(Integral, 0, None, closed="left")],
         "warm_start": BOOLEAN,
         "n_jobs": [None, Integral],
         **ENGINE_CONSTRAINTS,
     }
     _rejected: dict = {
-        "solver": "'liblinear' penalises the intercept and fits several classes one-vs-rest, "
-                  "another objective than the one daskabsp minimises; the other solvers are "
-                  "accepted and ignored (the engine chooses Newton or L-BFGS steps).",
-        "dual": "scikit-learn's dual formulation is liblinear's, whose objective penalises "
-                "the intercept; daskabsp solves the primal of the objective above.",
-        "max_iter": "A fit runs at least one round.",
+        "solver": "'liblinear' with an L1 penalty penalises the intercept by L1 too, which "
+                  "daskabsp's proximal steps do not; solver='saga' is the same model with "
+                  "the intercept unpenalised.",
+        "dual": "scikit-learn's dual formulation is liblinear's; with solver='liblinear' "
+                "daskabsp solves its primal (the same optimum).",
     }
 
     #: scikit-learn's parameters accepted but without effect here, and why.
@@ -254,6 +263,21 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
         self.n_partitions = n_partitions
         self.quota = quota
         self.chunk_target = chunk_target
+
+    def _check_param_combinations(self) -> None:
+        """``dual=True`` is liblinear's, as in scikit-learn; liblinear with an L1 part is
+        not done (called by ``validate_params`` after the constraints)."""
+        if self.dual and self.solver != "liblinear":
+            raise InvalidParameterError(
+                f"Solver {self.solver} supports only dual=False, got dual={self.dual}. "
+                + self._rejected["dual"])
+        if self.solver == "liblinear":
+            if self.penalty is None or np.isinf(self.C):
+                raise ValueError("C=np.inf as well as penalty=None is not supported for the "
+                                 "liblinear solver")
+            if self._l1_ratio() > 0:
+                raise reject(self, "solver", "one of the solvers other than 'liblinear' "
+                             "with an L1 penalty", self._rejected["solver"])
 
     def _l1_ratio(self) -> float:
         """The share of the L1 penalty, resolved as scikit-learn resolves ``penalty`` and
@@ -296,17 +320,30 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
             The fitted estimator.
         """
         validate_params(self, self._parameter_constraints)
+        self._warn_as_sklearn()
         data = validate_fit(self, X, y, sample_weight=sample_weight)
         with self._client().as_current():  # a lazy target is computed where the fit runs
             t = encode_targets(self, data, self.class_weight)
         K, d = len(t.classes), data.X.shape[1]
+        liblinear = self.solver == "liblinear"
+        if liblinear and K > 2:
+            raise ValueError(
+                "The 'liblinear' solver does not support multiclass classification (n_classes "
+                ">= 3). Either use another solver or wrap the estimator in a "
+                "OneVsRestClassifier to keep applying a one-versus-rest scheme.")
         l1, l2 = (s / t.weight_sum for s in self._penalty_scales())
         start = warm_coefficients(self, d, 1 if K == 2 else K)
         if start is not None:
             start = start.reshape(1, -1)
         common = dict(l2=l2, fit_intercept=self.fit_intercept, tol=self.tol,
                       max_hessian=hessian_limit(data.n_samples), start=start)
-        if K == 2:
+        if liblinear:
+            # liblinear's objective: the intercept is the weight of a constant feature
+            # intercept_scaling, penalised as the others: (b / intercept_scaling)^2 / 2 C
+            program = LinearNewton(loss="logistic",
+                                   l2_intercept=l2 / float(self.intercept_scaling) ** 2,
+                                   **common)
+        elif K == 2:
             program = (ProximalLinear(loss="logistic", l1=l1, **common) if l1 > 0
                        else LinearNewton(loss="logistic", **common))
         else:
@@ -317,12 +354,62 @@ class LogisticRegression(LinearClassifierPredictMixin, ClassifierMixin, EngineMi
             coef, intercept = split_theta(theta, d, self.fit_intercept)
             return {"coef_": coef, "intercept_": intercept, "classes_": t.classes}
 
-        res = self._run_engine(program, data, t.codes, t.weights, max_iter=self.max_iter,
-                               attributes=attributes)
-        for name, value in attributes(res.coef).items():
+        if self.max_iter == 0:  # scikit-learn's way to see the starting point
+            rows = 1 if K == 2 else K
+            theta = (start if start is not None
+                     else np.zeros((rows, d + int(bool(self.fit_intercept)))))
+            n_iter = 0
+            warnings.warn(f"{type(self).__name__} did not converge: max_iter=0, the "
+                          "coefficients are the starting point.", ConvergenceWarning,
+                          stacklevel=caller_stacklevel())
+        else:
+            res = self._run_engine(program, data, t.codes, t.weights,
+                                   max_iter=self.max_iter, attributes=attributes)
+            theta, n_iter = res.coef, res.n_iter
+        for name, value in attributes(theta).items():
             setattr(self, name, value)
-        self.n_iter_ = np.array([res.n_iter], dtype=np.int32)
+        if not liblinear:  # scikit-learn's liblinear returns float64 whatever the rows
+            keep_float32(self, data.X.dtype)
+        self.n_iter_ = np.array([n_iter], dtype=np.int32)
         return self
+
+    def _warn_as_sklearn(self) -> None:
+        """scikit-learn's warnings about ``penalty``, ``l1_ratio``, ``C`` and ``n_jobs``
+        (its deprecations of 1.8, and values that have no effect), with its wording."""
+        level = caller_stacklevel()
+        if SKLEARN_18:
+            if self.penalty == "deprecated" and self.l1_ratio is None:
+                warnings.warn("'l1_ratio=None' was deprecated in version 1.8 and will trigger "
+                              "an error in 1.10. Use 0<=l1_ratio<=1 instead.", FutureWarning,
+                              stacklevel=level)
+            if self.penalty != "deprecated":
+                warnings.warn(
+                    "'penalty' was deprecated in version 1.8 and will be removed in 1.10. To "
+                    "avoid this warning, leave 'penalty' set to its default value and use "
+                    "'l1_ratio' or 'C' instead. Use l1_ratio=0 instead of penalty='l2', "
+                    "l1_ratio=1 instead of penalty='l1', l1_ratio set to a float between 0 "
+                    "and 1 instead of penalty='elasticnet', and C=np.inf instead of "
+                    "penalty=None.", FutureWarning, stacklevel=level)
+            if self.n_jobs is not None:
+                warnings.warn("'n_jobs' has no effect since 1.8 and will be removed in 1.10. "
+                              f"You provided 'n_jobs={self.n_jobs}', please leave it "
+                              "unspecified.", FutureWarning, stacklevel=level)
+        r = self.l1_ratio
+        penalty = self.penalty
+        if penalty == "deprecated":
+            penalty = ("l2" if r in (0, None) else "l1" if r == 1 else "elasticnet")
+            if np.isinf(self.C):
+                penalty = None
+        if penalty != "elasticnet" and r is not None and 0 < r < 1:
+            warnings.warn("l1_ratio parameter is only used when penalty is 'elasticnet'. "
+                          f"Got (penalty={penalty})", UserWarning, stacklevel=level)
+        if (self.penalty == "l2" and r != 0) or (self.penalty == "l1" and r != 1):
+            warnings.warn(f"Inconsistent values: penalty={self.penalty} with l1_ratio={r}. "
+                          "penalty is deprecated. Please use l1_ratio only.", UserWarning,
+                          stacklevel=level)
+        if self.penalty is None and self.C != 1.0:
+            warnings.warn("Setting penalty=None will ignore the C and l1_ratio parameters",
+                          UserWarning, stacklevel=level)
 
     def _proba(self, X) -> np.ndarray:
         z = self._decision(X)

@@ -21,6 +21,7 @@ from ._callbacks import fit_with_callbacks
 from ._engine import EngineMixin
 from ._inputs import map_rows, validate_fit, validate_predict
 from ._least_squares import rough_centre
+from ._linear import keep_float32
 from ._validation import (
     BOOLEAN,
     ENGINE_CONSTRAINTS,
@@ -301,6 +302,8 @@ class PCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, EngineMixin, BaseEs
         self.n_samples_ = n
         self.n_iter_ = int(res.n_iter)
         self._fit_svd_solver = solver
+        keep_float32(self, data.X.dtype, ("components_", "mean_", "explained_variance_",
+                                          "explained_variance_ratio_", "singular_values_"))
         return self
 
     def _set_full(self, sol, n: int, d: int, solver: str, n_components) -> None:

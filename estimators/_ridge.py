@@ -5,22 +5,22 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.linear_model import Ridge as SkRidge
 
-from daskabsp.programs import LinearNewton, hessian_limit
+from daskabsp.programs import LinearNewton, ProximalLinear, hessian_limit
 
 from ._callbacks import fit_with_callbacks
 from ._engine import EngineMixin
 from ._inputs import validate_fit
-from ._linear import LinearPredictMixin, split_theta
+from ._least_squares import moments_fit, narrow
+from ._linear import LinearPredictMixin, split_theta, stack_fits, target_columns
 from ._validation import (
     BOOLEAN,
     ENGINE_CONSTRAINTS,
-    FALSE_ONLY,
     Interval,
     StrOptions,
-    reject,
     validate_params,
 )
 
@@ -41,14 +41,13 @@ class Ridge(LinearPredictMixin, RegressorMixin, EngineMixin, BaseEstimator):
 
     Every parameter of scikit-learn's class is accepted with its default: ``copy_X``,
     ``solver`` and ``random_state`` are ignored (they choose how scikit-learn solves the same
-    problem), ``positive=True`` and an array of ``alpha`` (several targets) are rejected
-    with the reason.
+    problem). A 2D target is fitted one column at a time (one engine fit per target), each
+    with its own ``alpha`` when an array of them is given.
 
     Parameters
     ----------
-    alpha : float, default=1.0
-        Regularisation strength (non-negative). One value: several targets (an array of
-        alphas) are not implemented.
+    alpha : float or ndarray of shape (n_targets,), default=1.0
+        Regularisation strength (non-negative); an array gives each target its own.
     fit_intercept : bool, default=True
         Whether to fit an intercept.
     copy_X : bool, default=True
@@ -63,7 +62,9 @@ default="auto"
         Ignored: all minimise the same objective; the engine takes Newton steps (L-BFGS
         steps from Hessian-vector products for many features).
     positive : bool, default=False
-        Only ``False``: bound-constrained coefficients are not implemented.
+        Constrain the coefficients to be non-negative (projected proximal Newton steps,
+        :class:`daskabsp.programs.ProximalLinear`). As in scikit-learn, only with ``solver``
+        ``"auto"`` or ``"lbfgs"``, and ``"lbfgs"`` only with it.
     random_state : int, RandomState instance or None, default=None
         Ignored: the fit draws nothing at random.
     sync : {"absp", "bsp"} or daskabsp.Policy, default="absp"
@@ -83,12 +84,15 @@ default="auto"
 
     Attributes
     ----------
-    coef_ : ndarray of shape (n_features,)
-        Coefficients.
-    intercept_ : float
+    coef_ : ndarray of shape (n_features,) or (n_targets, n_features)
+        Coefficients (float32 for float32 ``X``, as scikit-learn).
+    intercept_ : float or ndarray of shape (n_targets,)
         Intercept (0.0 without ``fit_intercept``).
-    n_iter_ : ndarray of shape (1,)
-        Rounds run.
+    n_iter_ : ndarray of shape (n_targets,)
+        Rounds run for each target.
+    solver_ : str
+        The solver scikit-learn's Ridge would report (``solver``, or what its ``"auto"``
+        picks for this input). daskabsp's own steps are the same whatever it says.
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (`n_features_in_`,)
@@ -124,14 +128,11 @@ default="auto"
         "max_iter": [Interval(Integral, 1, None, closed="left"), None],
         "tol": [Interval(Real, 0, None, closed="left")],
         "solver": [StrOptions(RIDGE_SOLVERS)],
-        "positive": FALSE_ONLY,
+        "positive": BOOLEAN,
         "random_state": ["random_state"],
         **ENGINE_CONSTRAINTS,
     }
-    _rejected: dict = {
-        "alpha": "daskabsp's Ridge fits one target, with one alpha.",
-        "positive": "Bound-constrained (positive) coefficients are not implemented.",
-    }
+    _rejected: dict = {}
 
     #: scikit-learn's parameters accepted but without effect here, and why.
     _ignored: dict = {
@@ -159,11 +160,37 @@ default="auto"
         self.verbose = verbose
 
     def _check_param_combinations(self) -> None:
-        """An array of alphas (one per target) passes scikit-learn's constraints; daskabsp's
-        Ridge fits one target (called by ``validate_params`` after the constraints)."""
-        if not isinstance(self.alpha, Real):
-            raise reject(self, "alpha", "a float in the range [0.0, inf)",
-                         self._rejected["alpha"])
+        """scikit-learn's rules for ``solver`` with ``positive`` (called by
+        ``validate_params`` after the constraints), so that code written for its Ridge meets
+        the same errors."""
+        if self.solver == "lbfgs" and not self.positive:
+            raise ValueError("'lbfgs' solver can be used only when positive=True. "
+                             "Please use another solver.")
+        if self.positive and self.solver not in ("auto", "lbfgs"):
+            raise ValueError(
+                f"solver='{self.solver}' does not support positive fitting. Please set the "
+                "solver to 'auto' or 'lbfgs', or set `positive=False`")
+
+    def _solver(self, sparse: bool) -> str:
+        """``solver_``: the solver scikit-learn's Ridge would report for this input (the
+        given one, or what its ``"auto"`` resolves to); daskabsp minimises the same
+        objective by its own steps whatever it says."""
+        if sparse and self.fit_intercept and not self.positive and self.solver not in (
+                "auto", "lbfgs", "lsqr", "sag", "sparse_cg"):
+            raise ValueError(
+                f"solver='{self.solver}' does not support fitting the intercept on sparse "
+                "data. Please set the solver to 'auto' or 'lsqr', 'sparse_cg', 'sag', "
+                "'lbfgs' or set `fit_intercept=False`")
+        if self.solver != "auto":
+            return self.solver
+        if self.positive:
+            return "lbfgs"
+        return "sparse_cg" if sparse else "cholesky"
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True  # a 2D target: one fit per column
+        return tags
 
     def _max_rounds(self) -> int:
         return 100 if self.max_iter is None else int(self.max_iter)
@@ -176,7 +203,8 @@ default="auto"
         ----------
         X : {array-like, sparse matrix, dask array, dask DataFrame, DataArray} of shape \
 (n_samples, n_features)
-        y : array-like or dask array of shape (n_samples,)
+        y : array-like of shape (n_samples,) or (n_samples, n_targets), or dask array of \
+(n_samples,)
         sample_weight : array-like or dask array of shape (n_samples,), default=None
 
         Returns
@@ -185,33 +213,57 @@ default="auto"
             The fitted estimator.
         """
         validate_params(self, self._parameter_constraints)
-        data = validate_fit(self, X, y, sample_weight=sample_weight, y_numeric=True)
-        y = data.y if data.lazy else np.asarray(data.y, dtype=np.float64)
+        data = validate_fit(self, X, y, sample_weight=sample_weight, y_numeric=True,
+                            multi_output=True)
         if data.lazy:
-            y = y.astype(np.float64)
+            columns, multi = [data.y.astype(np.float64)], False
+        else:
+            columns, multi = target_columns(data.y)
+        alpha = np.asarray(self.alpha, dtype=np.float64).ravel()
+        if alpha.shape[0] not in (1, len(columns)):
+            raise ValueError("Number of targets and number of penalties do not correspond: "
+                             f"{alpha.shape[0]} != {len(columns)}")
+        alphas = np.broadcast_to(alpha, (len(columns),))
+        solver = self._solver(sp.issparse(data.X) or (
+            data.lazy and sp.issparse(getattr(data.X, "_meta", None))))
         sw = data.sample_weight
         if sw is None:
             total = float(data.n_samples)
         else:
             total = float(sw.sum().compute() if data.lazy else sw.sum())
         d = data.X.shape[1]
-        program = LinearNewton(loss="squared", l2=self.alpha / max(total, 1e-300),
-                               fit_intercept=self.fit_intercept, tol=self.tol,
-                               max_hessian=hessian_limit(data.n_samples))
+        coefs, intercepts, n_iter = [], [], []
+        for y_col, a in zip(columns, alphas, strict=True):
+            common = dict(loss="squared", l2=float(a) / max(total, 1e-300),
+                          fit_intercept=self.fit_intercept, tol=self.tol,
+                          max_hessian=hessian_limit(data.n_samples))
+            if self.positive and narrow(d):
+                # non-negative least squares from one pass of moments (coordinate descent
+                # on the driver; the intercept from the centring, unconstrained)
+                res = moments_fit(self, data, y_col, sw, l2=common["l2"], positive=True)
+                sol = res.state.solution
+                coefs.append(sol.coef)
+                intercepts.append(sol.intercept if self.fit_intercept else 0.0)
+                n_iter.append(res.n_iter)
+                continue
+            program = (ProximalLinear(positive=True, **common) if self.positive
+                       else LinearNewton(**common))
 
-        def attributes(theta):
-            coef, intercept = split_theta(theta, d, self.fit_intercept)
-            return {"coef_": coef[0], "intercept_": float(intercept[0])}
+            def attributes(theta):
+                coef, intercept = split_theta(theta, d, self.fit_intercept)
+                return {"coef_": coef[0], "intercept_": float(intercept[0])}
 
-        res = self._run_engine(program, data, y, sw, max_iter=self._max_rounds(),
-                               attributes=attributes)
-        for name, value in attributes(res.coef).items():
-            setattr(self, name, value)
-        self.n_iter_ = np.array([res.n_iter], dtype=np.int32)
+            res = self._run_engine(program, data, y_col, sw, max_iter=self._max_rounds(),
+                                   attributes=attributes)
+            coef, intercept = split_theta(res.coef, d, self.fit_intercept)
+            coefs.append(coef[0])
+            intercepts.append(intercept[0])
+            n_iter.append(res.n_iter)
+        self.coef_, self.intercept_ = stack_fits(coefs, intercepts, multi, data.X.dtype,
+                                                 ravel_one=True)
+        self.n_iter_ = np.array(n_iter, dtype=np.int32)
+        self.solver_ = solver
         return self
-
-    def _decision(self, X) -> np.ndarray:
-        return np.asarray(X @ self.coef_).ravel() + self.intercept_
 
     def predict(self, X):
         """Predict with the fitted linear model.
@@ -225,4 +277,4 @@ default="auto"
         ndarray or dask array of shape (n_samples,)
             A dask array (lazy) when ``X`` is dask-backed.
         """
-        return self._apply(X, self._decision, None)
+        return self._predict_regression(X)

@@ -14,7 +14,7 @@ from ._classes import encode_targets
 from ._classifier import LinearClassifierPredictMixin
 from ._engine import EngineMixin
 from ._inputs import validate_fit
-from ._linear import split_theta
+from ._linear import SparseCoefMixin, keep_float32, split_theta
 from ._logistic import CLASS_WEIGHT
 from ._validation import (
     BOOLEAN,
@@ -25,7 +25,8 @@ from ._validation import (
 )
 
 
-class LinearSVC(LinearClassifierPredictMixin, ClassifierMixin, EngineMixin, BaseEstimator):
+class LinearSVC(SparseCoefMixin, LinearClassifierPredictMixin, ClassifierMixin, EngineMixin,
+                BaseEstimator):
     """Linear support vector classifier whose fit runs on a Dask cluster (A-BSP by default).
 
     A drop-in for :class:`sklearn.svm.LinearSVC` with the L2 penalty: it minimises
@@ -202,5 +203,6 @@ class LinearSVC(LinearClassifierPredictMixin, ClassifierMixin, EngineMixin, Base
                                attributes=attributes)
         for name, value in attributes(res.coef).items():
             setattr(self, name, value)
+        keep_float32(self, data.X.dtype)
         self.n_iter_ = int(res.n_iter)
         return self

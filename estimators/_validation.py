@@ -165,7 +165,8 @@ def check_sample_weight(sample_weight, n_samples: int) -> np.ndarray:
     """Sample weights as a float64 array of shape (n_samples,), in scikit-learn's wording."""
     if sample_weight is None:
         return np.ones(n_samples)
-    if isinstance(sample_weight, numbers.Number):
+    if isinstance(sample_weight, numbers.Number) or (
+            isinstance(sample_weight, np.ndarray) and sample_weight.ndim == 0):
         return np.full(n_samples, float(sample_weight))
     sw = np.asarray(sample_weight, dtype=np.float64)
     if sw.ndim != 1:

@@ -133,11 +133,11 @@ def test_feature_names_are_checked_at_predict(client, clf_data):
                                       "'daskabsp.Policy'. Got 'fast' instead."),
     (LinearSVC(loss="log"), "The 'loss' parameter of LinearSVC must be a str among "
                             "{...}. Got 'log' instead."),
-    (LogisticRegression(solver="liblinear"),
-     "The 'solver' parameter of LogisticRegression must be a str among {...}. Got "
-     "'liblinear' instead. 'liblinear' penalises the intercept and fits several classes "
-     "one-vs-rest, another objective than the one daskabsp minimises; the other solvers are "
-     "accepted and ignored (the engine chooses Newton or L-BFGS steps)."),
+    (LogisticRegression(solver="liblinear", l1_ratio=1.0),
+     "The 'solver' parameter of LogisticRegression must be one of the solvers other than "
+     "'liblinear' with an L1 penalty. Got 'liblinear' instead. 'liblinear' with an L1 "
+     "penalty penalises the intercept by L1 too, which daskabsp's proximal steps do not; "
+     "solver='saga' is the same model with the intercept unpenalised."),
     (Ridge(alpha=-0.5), "The 'alpha' parameter of Ridge must be a float in the range "
                         "[0.0, inf) or an array-like. Got -0.5 instead."),
     (KMeans(n_clusters=0), "The 'n_clusters' parameter of KMeans must be an int in the "
