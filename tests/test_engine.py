@@ -166,7 +166,8 @@ def test_no_copy_is_made_past_a_workers_memory_room(client, big, workers, settin
     X, y = big
     slow = workers[0]
     with slow_workers(client, {slow: 8.0}), dask.config.set(setting):
-        res = fit(LogisticGD(C=C, helpers=True), X, y, sync="absp", max_iter=6, tol=None, n_partitions=4)
+        res = fit(LogisticGD(C=C, helpers=True), X, y, sync="absp", max_iter=6, tol=None,
+                  n_partitions=4)
     h = res.history
     assert (h.helped_rows.values == 0).all(), h.helped_rows.values
     assert h.harvested.values[1:].any()  # there were leftovers a copy would have helped with
@@ -182,7 +183,8 @@ def test_copy_memory_leaves_room_for_one_copy_of_a_quarter_share(client, big, wo
     X, y = big
     with slow_workers(client, {workers[0]: 8.0}), \
             dask.config.set({"daskabsp.copy-memory": 1.25}):
-        res = fit(LogisticGD(C=C, helpers=True), X, y, sync="absp", max_iter=8, tol=None, n_partitions=16)
+        res = fit(LogisticGD(C=C, helpers=True), X, y, sync="absp", max_iter=8, tol=None,
+                  n_partitions=16)
     h = res.history
     assert h.helped_rows.values.sum() > 0, h.helped_rows.values
     own = 4 * (X.nbytes + y.nbytes) / 16  # a worker's four partitions

@@ -38,8 +38,8 @@ def fits(client):
     out = {}
     with slow_workers(client, {workers[0]: 20.0}), dask.config.set({"daskabsp.help-above": 0}):
         for sync in ["bsp", "absp"]:
-            out[sync] = fit(LogisticGD(helpers=True), X, y.astype(float), sync=sync, max_iter=6, tol=None,
-                            n_partitions=4).history
+            out[sync] = fit(LogisticGD(helpers=True), X, y.astype(float), sync=sync,
+                            max_iter=6, tol=None, n_partitions=4).history
     assert out["absp"].harvested.any() and not out["bsp"].harvested.any()
     return out
 
