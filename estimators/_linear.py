@@ -75,7 +75,12 @@ class LinearPredictMixin:
 
     def _fits_per_target(self, y) -> int:
         """Engine fits a ``fit(X, y)`` runs: one per column of a 2D target."""
-        return int(np.shape(y)[1]) if y is not None and np.ndim(y) == 2 else 1
+        # read off the shape: y is the caller's object as given (a list, or an array-like
+        # that refuses numpy functions), not yet validated
+        shape = getattr(y, "shape", None)
+        if shape is None and isinstance(y, list | tuple) and y and isinstance(y[0], list | tuple):
+            shape = (len(y), len(y[0]))
+        return int(shape[1]) if shape is not None and len(shape) == 2 else 1
 
     def _predict_regression(self, X):
         check_is_fitted(self)
