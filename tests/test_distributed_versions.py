@@ -44,8 +44,10 @@ _SCRIPT = textwrap.dedent("""
             print("VERSION", distributed.__version__, *sorted(set(c.run(
                 lambda: distributed.__version__).values())))
             print("PATH", c.sync(ensure_plugins, c).name)
+            # after round 0 (the workers' cold start, which can take the fast one as long),
             # the slow worker's partition is harvested every round, the other one never
-            print("HARVESTED", int(h.harvested.sum()), int(h.harvested.any("round").sum()))
+            late = h.harvested.isel(round=slice(1, None))
+            print("HARVESTED", int(late.sum()), int(h.harvested.any("round").sum()))
     """)
 
 
@@ -81,4 +83,4 @@ def test_plugins_install_and_harvest(version, tmp_path):
     out = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
     assert out["VERSION"].split() == [want, want]  # client and workers
     assert out["PATH"] == "SCHEDULER"
-    assert out["HARVESTED"] == "3 1"
+    assert out["HARVESTED"] == "2 1"
