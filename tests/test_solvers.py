@@ -186,3 +186,24 @@ def test_partial_rows_sorted_by_label_are_unlike_the_rest(program):
     order = np.argsort(y[:30_000], kind="stable")
     assert partial_unlike(X[order], y[order])
     assert not partial_unlike(X[:30_000], y[:30_000])
+
+
+@pytest.mark.parametrize("max_hessian", [None, 4], ids=["newton", "owl-qn"])
+def test_positive_bounds_the_coefficients_not_the_intercept(client, max_hessian):
+    """``positive=True`` keeps the coefficients >= 0 and leaves the intercept free: on
+    ``y = X w - 5`` with ``w >= 0`` the fit is the unconstrained one (the bound does not
+    bind), intercept near -5 (it was clamped at 0 once)."""
+    from daskabsp.programs import ProximalLinear
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((4_000, 12))
+    w = np.abs(rng.standard_normal(12)) + 0.5
+    y = X @ w - 5.0 + 0.1 * rng.standard_normal(len(X))
+    kw = {} if max_hessian is None else {"max_hessian": max_hessian}
+    fits = [daskabsp.fit(ProximalLinear(loss="squared", l1=1e-3, l2=0.0, positive=p, **kw), X, y,
+                         sync="bsp", max_iter=300, n_partitions=2).coef
+            for p in (True, False)]
+    bounded, free = (np.ravel(c) for c in fits)
+    assert (bounded[:-1] >= 0).all()
+    assert bounded[-1] == pytest.approx(-5.0, abs=0.05)
+    np.testing.assert_allclose(bounded, free, atol=1e-4)

@@ -27,15 +27,32 @@ import scipy.linalg
 SWEEPS_PER_CHECK = 4
 
 
-def soft_threshold(z: np.ndarray, t: np.ndarray | float, positive: bool = False) -> np.ndarray:
-    """``sign(z) max(|z| - t, 0)`` (``max(z - t, 0)`` when ``positive``)."""
-    if positive:
+#: ``positive`` below: False (no bound), True (every variable >= 0), or a boolean mask of the
+#: variables bounded at zero (a model's coefficients, not its intercept).
+Positive = bool | np.ndarray
+
+
+def _bounded(positive: Positive, m: int) -> np.ndarray | None:
+    """The mask of the variables bounded at zero, or None when none is."""
+    if np.ndim(positive) == 0:
+        return np.ones(m, dtype=bool) if positive else None
+    mask = np.asarray(positive, dtype=bool)
+    return mask if mask.any() else None
+
+
+def soft_threshold(z: np.ndarray, t: np.ndarray | float,
+                   positive: Positive = False) -> np.ndarray:
+    """``sign(z) max(|z| - t, 0)`` (``max(z - t, 0)`` where ``positive``)."""
+    if np.ndim(positive) == 0 and positive:
         return np.maximum(z - t, 0.0)
-    return np.sign(z) * np.maximum(np.abs(z) - t, 0.0)
+    out = np.sign(z) * np.maximum(np.abs(z) - t, 0.0)
+    if np.ndim(positive):
+        out = np.where(positive, np.maximum(z - t, 0.0), out)
+    return out
 
 
 def kkt_violation(x: np.ndarray, grad: np.ndarray, lam: np.ndarray,
-                  positive: bool = False) -> np.ndarray:
+                  positive: Positive = False) -> np.ndarray:
     """Per variable, the distance of ``-grad`` to the subdifferential of ``lam |x|`` at ``x``
     (0 at an optimum of ``f(x) + sum lam |x|`` whose smooth part has gradient ``grad``).
 
@@ -47,15 +64,16 @@ def kkt_violation(x: np.ndarray, grad: np.ndarray, lam: np.ndarray,
     out = np.empty_like(grad)
     out[on] = np.abs(grad[on] + lam[on] * np.sign(x[on]))
     off = ~on
-    if positive:
-        out[off] = np.maximum(-grad[off] - lam[off], 0.0)
-    else:
-        out[off] = np.maximum(np.abs(grad[off]) - lam[off], 0.0)
+    out[off] = np.maximum(np.abs(grad[off]) - lam[off], 0.0)
+    pos = _bounded(positive, x.shape[0])
+    if pos is not None:
+        low = off & pos
+        out[low] = np.maximum(-grad[low] - lam[low], 0.0)
     return out
 
 
 def _cd_sweep(A: np.ndarray, diag: np.ndarray, x: np.ndarray, grad: np.ndarray,
-              lam: np.ndarray, order, positive: bool) -> float:
+              lam: np.ndarray, order, pos: np.ndarray | None) -> float:
     """One cyclic pass of exact coordinate minimisation over ``order``; ``x`` and
     ``grad = A x - b`` updated in place. Returns the largest change of a variable."""
     largest = 0.0
@@ -67,7 +85,7 @@ def _cd_sweep(A: np.ndarray, diag: np.ndarray, x: np.ndarray, grad: np.ndarray,
         else:
             z = old - grad[j] / a
             t = lam[j] / a
-            if positive:
+            if pos is not None and pos[j]:
                 new = z - t if z > t else 0.0
             elif z > t:
                 new = z - t
@@ -84,7 +102,7 @@ def _cd_sweep(A: np.ndarray, diag: np.ndarray, x: np.ndarray, grad: np.ndarray,
 
 
 def _exact_on_support(A: np.ndarray, b: np.ndarray, lam: np.ndarray, x: np.ndarray,
-                      positive: bool, tol: float) -> np.ndarray | None:
+                      positive: Positive, tol: float) -> np.ndarray | None:
     """The exact minimiser with the support and signs of ``x``, if it is optimal: the linear
     system ``A_SS x_S = b_S - lam_S sign(x_S)`` solved, kept when its signs are those of
     ``x`` and no variable off the support violates the optimality conditions."""
@@ -109,7 +127,7 @@ def _exact_on_support(A: np.ndarray, b: np.ndarray, lam: np.ndarray, x: np.ndarr
 
 
 def l1_quadratic(A: np.ndarray, b: np.ndarray, lam, x0: np.ndarray | None = None, *,
-                 positive: bool = False, tol: float = 1e-10, max_sweeps: int = 100_000,
+                 positive: Positive = False, tol: float = 1e-10, max_sweeps: int = 100_000,
                  recentre: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
     """Minimise ``x.A.x / 2 - b.x + sum_j lam_j |x_j|`` (subject to ``x >= 0`` when
     ``positive``).
@@ -123,8 +141,8 @@ def l1_quadratic(A: np.ndarray, b: np.ndarray, lam, x0: np.ndarray | None = None
         Non-negative L1 weight of each variable (0: not penalised).
     x0 : ndarray of shape (m,), optional
         Starting point (a warm start: the previous solution).
-    positive : bool, default=False
-        Constrain every variable to be non-negative.
+    positive : bool or ndarray of bool of shape (m,), default=False
+        Constrain every variable (True), or those of the mask, to be non-negative.
     tol : float, default=1e-10
         Largest violation of the optimality conditions (:func:`kkt_violation`) accepted,
         relative to ``max(|b|, max_j A_jj, 1)``.
@@ -155,8 +173,9 @@ def l1_quadratic(A: np.ndarray, b: np.ndarray, lam, x0: np.ndarray | None = None
     m = b.shape[0]
     lam = np.broadcast_to(np.asarray(lam, dtype=np.float64), (m,)).copy()
     x = np.zeros(m) if x0 is None else np.array(x0, dtype=np.float64)
-    if positive:
-        np.maximum(x, 0.0, out=x)
+    pos = _bounded(positive, m)
+    if pos is not None:
+        x[pos] = np.maximum(x[pos], 0.0)
     diag = np.diagonal(A).copy()
     scale = max(float(np.max(np.abs(b), initial=0.0)), float(np.max(diag, initial=0.0)), 1.0)
     atol = tol * scale
@@ -164,7 +183,7 @@ def l1_quadratic(A: np.ndarray, b: np.ndarray, lam, x0: np.ndarray | None = None
     everything = range(m)
     sweeps = 0
     while sweeps < max_sweeps:
-        _cd_sweep(A, diag, x, grad, lam, everything, positive)
+        _cd_sweep(A, diag, x, grad, lam, everything, pos)
         sweeps += 1
         if recentre is not None:
             x = recentre(x)
@@ -174,7 +193,7 @@ def l1_quadratic(A: np.ndarray, b: np.ndarray, lam, x0: np.ndarray | None = None
         for _ in range(SWEEPS_PER_CHECK):
             if not active.size:
                 break
-            change = _cd_sweep(A, diag, x, grad, lam, active, positive)
+            change = _cd_sweep(A, diag, x, grad, lam, active, pos)
             sweeps += 1
             if change <= atol:
                 break

@@ -247,12 +247,12 @@ class ProximalClocks:
             if full:
                 A = self._flat_fixed(blk.curv + np.diag(reg))
                 x = l1_quadratic(A, A @ theta[b] - blk.grad, lam, theta[b],
-                                 positive=self.positive, recentre=self.recentre,
+                                 positive=self.bounded(m), recentre=self.recentre,
                                  tol=SUBPROBLEM_TOL * self.tol)
                 model = StepModel(theta[b], blk.grad, lam, x - theta[b], hess=A)
             else:
                 a = blk.curv + reg
-                x = soft_threshold(theta[b] - blk.grad / a, lam / a, self.positive)
+                x = soft_threshold(theta[b] - blk.grad / a, lam / a, self.bounded(m))
                 model = StepModel(theta[b], blk.grad, lam, x - theta[b], d0=a)
             s = model.direction
             Ms = metric[b] @ s if full else metric[b] * s
@@ -260,7 +260,7 @@ class ProximalClocks:
             t = 1.0 if length <= radius[b] else radius[b] / length
             steps.append(t * s)
             full_steps.append(s)
-            kkt = float(kkt_violation(theta[b], blk.grad, lam, self.positive).max())
+            kkt = float(kkt_violation(theta[b], blk.grad, lam, self.bounded(m)).max())
             done.append(kkt <= self.tol
                         and model.predicted(s) <= DECREMENT * self.tol)
         if not state.metric and not current:
@@ -308,6 +308,11 @@ class ProximalMixin(ProximalClocks):
 
     def l1_weights(self, m: int) -> np.ndarray:
         return np.where(self.penalised(m), float(self.l1), 0.0)
+
+    def bounded(self, m: int) -> np.ndarray | bool:
+        """Which of a block's ``m`` parameters ``positive`` bounds at zero: the penalised
+        coefficients, never an intercept (False: none)."""
+        return self.penalised(m) if self.positive else False
 
     # -- the Program contract ---------------------------------------------------------------
 
@@ -402,16 +407,17 @@ class ProximalMixin(ProximalClocks):
             S = support
             A = blk.support_hess + np.diag(reg[S])
             x = l1_quadratic(A, A @ theta[S] - blk.grad[S], lam[S], theta[S],
-                             positive=self.positive, tol=SUBPROBLEM_TOL * self.tol)
+                             positive=self.bounded(m)[S] if self.positive else False,
+                             tol=SUBPROBLEM_TOL * self.tol)
             d = np.zeros_like(theta)
             d[S] = x - theta[S]
             return StepModel(theta, blk.grad, lam, d, hess=A, free=S)
         if not isinstance(blk.curv, tuple):
             A = self._flat_fixed(blk.curv + np.diag(reg))
-            x = l1_quadratic(A, A @ theta - blk.grad, lam, theta, positive=self.positive,
+            x = l1_quadratic(A, A @ theta - blk.grad, lam, theta, positive=self.bounded(m),
                              recentre=self.recentre, tol=SUBPROBLEM_TOL * self.tol)
             return StepModel(theta, blk.grad, lam, x - theta, hess=A)
-        pg = pseudo_gradient(theta, blk.grad, lam, self.positive)
+        pg = pseudo_gradient(theta, blk.grad, lam, self.bounded(m))
         # The quasi-Newton model on the parameters that may move: the others are held at
         # zero, so the curvature that matters is the free block's. The pairs restricted to
         # it stay exact for a quadratic while the zero set does not change (their steps
@@ -427,7 +433,8 @@ class ProximalMixin(ProximalClocks):
         zero = theta == 0
         orthant[zero] = np.sign(-pg[zero])
         if self.positive:
-            np.maximum(orthant, 0.0, out=orthant)
+            bound = self.penalised(m)
+            orthant[bound] = np.maximum(orthant[bound], 0.0)
         return StepModel(theta, blk.grad, lam, d, d0=d0, pairs=sub, orthant=orthant,
                          slope=float(pg @ d), free=free)
 
@@ -461,7 +468,8 @@ class ProximalMixin(ProximalClocks):
                                      state.support)
             delta, pred, length = model.step(tr.radius)
             full_delta, full_pred, _ = model.step(math.inf)
-            kkt = float(kkt_violation(theta[b], blk.grad, model.lam, self.positive).max())
+            kkt = float(kkt_violation(theta[b], blk.grad, model.lam,
+                                      self.bounded(theta.shape[1])).max())
             violation = max(violation, kkt)
             # A quadratic's model over every row is the objective itself: its exact step
             # (not scaled back) lands on the optimum.
@@ -598,7 +606,7 @@ def _judge(radius: list[float], old: Piece, new: Piece, metric, old_views, new_v
 
 
 def pseudo_gradient(x: np.ndarray, grad: np.ndarray, lam: np.ndarray,
-                    positive: bool = False) -> np.ndarray:
+                    positive: bool | np.ndarray = False) -> np.ndarray:
     """The pseudo-gradient of ``f(x) + sum lam |x|`` (OWL-QN): the gradient plus the L1
     term's slope on non-zero coordinates; at zero, the one-sided slope that descends, or 0
     when neither does."""
@@ -606,8 +614,8 @@ def pseudo_gradient(x: np.ndarray, grad: np.ndarray, lam: np.ndarray,
     zero = x == 0
     up, down = grad + lam, grad - lam
     at0 = np.where(up < 0, up, np.where(down > 0, down, 0.0))
-    if positive:
-        at0 = np.minimum(up, 0.0)
+    if np.ndim(positive) or positive:  # a bound at zero: only an increase may descend
+        at0 = np.where(positive, np.minimum(up, 0.0), at0)
     pg[zero] = at0[zero]
     return pg
 
@@ -780,7 +788,7 @@ class ProximalLinear(ProximalMixin, LinearNewton):
         """Up to ``room`` penalised coefficients that are zero in ``new`` and violate the
         optimality conditions at ``theta`` (smooth gradient ``grad``), worst first."""
         m = theta.shape[0]
-        kkt = kkt_violation(theta, grad, self.l1_weights(m), self.positive)
+        kkt = kkt_violation(theta, grad, self.l1_weights(m), self.bounded(m))
         if room <= 0:
             return np.zeros(0, dtype=np.intp)
         zero = (new == 0) & self.penalised(m)
