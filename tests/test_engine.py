@@ -441,6 +441,8 @@ def test_patience_lets_a_slightly_slow_worker_finish_and_published_stops_it(
                       sync=ABSP(helpers=False, grace=0.0, patience=9.0))
         hasty = fit(LogisticGD(C=C), X, y, client=c, **kw,
                     sync=ABSP(helpers=False, grace=0.0, patience=0.0))
-    h = patient.history
+    # from round 1: round 0 is the workers' cold start, where one task can take 10x another
+    # (seen once in a loaded full-suite run)
+    h = patient.history.isel(round=slice(1, None))
     assert not h.harvested.any() and (h.rows == h.partition_size).all()
-    assert hasty.history.harvested.any()
+    assert hasty.history.harvested.isel(round=slice(1, None)).any()
