@@ -159,7 +159,7 @@ def test_user_pages_type_no_measured_timing(page):
 #: The pages a user reads to use daskabsp (the internals are on how-it-works.md and the
 #: Contributing pages).
 USER_PAGES = [ROOT / "README.md", DOCS / "index.md", DOCS / "getting-started.md",
-              *sorted(DOCS.glob("user-guide/*.md"))]
+              DOCS / "deployment.md", *sorted(DOCS.glob("user-guide/*.md"))]
 #: Names of the engine's internals, which a user page links to instead of naming.
 INTERNALS = re.compile(r"plan_round|help_round|ski-rental|pass ledger|end game|CycleLedger|"
                        r"daskabsp\.engine\b|daskabsp/(?:engine|fitting|programs)\b|"
