@@ -1056,7 +1056,18 @@ def block_parameters() -> str:
     return "\n".join(out).rstrip()
 
 
-def block_config() -> str:
+#: The configuration keys a user is expected to set (``daskabsp.`` left out), in the order of
+#: the user table of docs/user-guide/tuning.md. The one list of them: every other key of
+#: ``daskabsp/daskabsp.yaml`` is private, tables on docs/how-it-works.md, and may change
+#: without notice. A key listed here that the yaml no longer has fails the blocks' test.
+USER_CONFIG = ("embedded", "chunk-target", "min-partition-rows", "replicas", "copy-memory",
+               "copy-rate", "unresponsive-after", "signal", "dashboard.rounds",
+               "dashboard.finished-fits")
+
+
+def config_rows() -> list[tuple[str, str, str]]:
+    """``(key, default, meaning)`` of every key of ``daskabsp/daskabsp.yaml``, in its order,
+    the meaning being the comment above the key."""
     lines = (ROOT / "daskabsp" / "daskabsp.yaml").read_text().splitlines()
     rows, comment, stack = [], [], []
     for line in lines:
@@ -1072,9 +1083,28 @@ def block_config() -> str:
         if value.strip():
             rows.append((".".join(stack), value.strip(), " ".join(comment)))
         comment = []
+    return rows
+
+
+def config_table(rows: list[tuple[str, str, str]]) -> str:
     out = ["| key | default | meaning |", "|---|---|---|"]
     out += [f"| `{k}` | `{v}` | {c.replace('|', '/')} |" for k, v, c in rows]
     return "\n".join(out)
+
+
+def block_config() -> str:
+    """The keys of :data:`USER_CONFIG`, in its order."""
+    rows = {k.removeprefix("daskabsp."): (k, v, c) for k, v, c in config_rows()}
+    missing = [k for k in USER_CONFIG if k not in rows]
+    if missing:
+        raise KeyError(f"USER_CONFIG names keys daskabsp.yaml does not have: {missing}")
+    return config_table([rows[k] for k in USER_CONFIG])
+
+
+def block_config_private() -> str:
+    """Every key of ``daskabsp.yaml`` not in :data:`USER_CONFIG`, in the yaml's order."""
+    return config_table([r for r in config_rows()
+                         if r[0].removeprefix("daskabsp.") not in USER_CONFIG])
 
 
 #: What each extra of pyproject.toml is for (a new extra without a line here fails the docs'
@@ -1124,6 +1154,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "faults-summary": block_faults_summary,
     "parameters": block_parameters,
     "config": block_config,
+    "config-private": block_config_private,
     "extras": block_extras,
 }
 

@@ -156,6 +156,41 @@ def test_user_pages_type_no_measured_timing(page):
     assert MEASURED.findall(text) == [], MEASURED.findall(text)
 
 
+#: The pages a user reads to use daskabsp (the internals are on how-it-works.md and the
+#: Contributing pages).
+USER_PAGES = [ROOT / "README.md", DOCS / "index.md", DOCS / "getting-started.md",
+              DOCS / "deployment.md", *sorted(DOCS.glob("user-guide/*.md"))]
+#: Names of the engine's internals, which a user page links to instead of naming.
+INTERNALS = re.compile(r"plan_round|help_round|ski-rental|pass ledger|end game|CycleLedger|"
+                       r"daskabsp\.engine\b|daskabsp/(?:engine|fitting|programs)\b|"
+                       r"min_chunk_seconds|CHUNK_SECONDS_PER_STAT|\brent\b", re.IGNORECASE)
+
+
+def test_config_keys_are_split_into_the_users_and_the_private_ones():
+    """Every key of daskabsp.yaml is in exactly one of the two generated tables: the user's
+    (tuning.md) or the private one (how-it-works.md)."""
+    keys = {k.removeprefix("daskabsp.") for k, _, _ in blocks.config_rows()}
+    user = {m for m in re.findall(r"^\| `daskabsp\.([\w.-]+)`", blocks.block_config(), re.M)}
+    private = {m for m in re.findall(r"^\| `daskabsp\.([\w.-]+)`",
+                                     blocks.block_config_private(), re.M)}
+    assert user == set(blocks.USER_CONFIG)
+    assert user | private == keys and not user & private
+    assert "<!-- numbers:config -->" in (DOCS / "user-guide" / "tuning.md").read_text()
+    assert "<!-- numbers:config-private -->" in (DOCS / "how-it-works.md").read_text()
+
+
+@pytest.mark.parametrize("page", USER_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_user_pages_name_no_internals(page):
+    """A user page names neither the engine's internals nor a private configuration key
+    outside its generated blocks: it says what the user sees and links to How it works."""
+    text = blocks.BLOCK.sub("", page.read_text())
+    assert INTERNALS.findall(text) == [], INTERNALS.findall(text)
+    private = {k for k, _, _ in blocks.config_rows()
+               if k.removeprefix("daskabsp.") not in blocks.USER_CONFIG}
+    named = sorted(k for k in private if re.search(re.escape(k) + r"(?![\w.-])", text))
+    assert named == [], named
+
+
 def test_the_capacity_bound_is_stated_with_the_numbers_it_bounds():
     """The headline states, for every worker count with a core per worker, the most BSP /
     A-BSP a sync model counting every row once per round can reach, next to the measured
