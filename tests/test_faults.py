@@ -19,7 +19,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
 
-from daskabsp import LogisticGD, fit, slow_workers
+from daskabsp import ABSP, LogisticGD, fit, slow_workers
 from daskabsp.cluster import worker_addresses
 from daskabsp.engine import placement
 from daskabsp.estimators import LogisticRegression as AbspLogistic
@@ -181,8 +181,11 @@ def test_a_worker_killed_when_helpers_or_copies_are_bound_to_it(killing_cluster,
     done: dict = {}
 
     def fit_it():
+        # without patience every round is stopped at its quorum, so the straggler's rent
+        # pays for a copy early and helpers are queued (with the default's patience a 3x
+        # worker's rounds may finish unhelped: the moment once never came)
         with slow_workers(client, {workers[0]: 3.0}):
-            done["est"] = AbspLogistic(tol=1e-9).fit(X, y)
+            done["est"] = AbspLogistic(tol=1e-9, sync=ABSP(patience=0.0)).fit(X, y)
 
     thread = threading.Thread(target=fit_it, daemon=True)
     try:
