@@ -23,7 +23,8 @@ from ..extension import PAGE, PAGE_STATUS_HANDLER, REPORT_HANDLER
 logger = logging.getLogger(__name__)
 
 #: Where the docs say how to get the page.
-DOCS = "docs/engine.md, section Monitoring"
+DOCS = ("docs/user-guide/monitoring.md, and docs/deployment.md, section The scheduler "
+        "preload")
 
 _status: dict[str, dict[str, bool] | None] = {}  # client id -> page status of its scheduler
 _said: set[str] = set()  # INFO messages already logged by this process
