@@ -285,12 +285,18 @@ def pytest_collection_modifyitems(session, config, items):
         if mod is not None and id(mod) not in done:
             done.add(id(mod))
             _swap_module(mod)
-        spec = getattr(item, "callspec", None)
-        if spec is not None:
-            for k, v in list(spec.params.items()):
-                new = _swap_value(v, instances=False)
-                if new is not v:
-                    spec.params[k] = new
+        _swap_params(item, instances=False)
+
+
+def _swap_params(item, *, instances: bool) -> None:
+    """Rebind the test's parametrised values to daskabsp's (classes; with ``instances``,
+    estimator instances too)."""
+    spec = getattr(item, "callspec", None)
+    if spec is not None:
+        for k, v in list(spec.params.items()):
+            new = _swap_value(v, instances=instances)
+            if new is not v:
+                spec.params[k] = new
 
 
 def _nodeid(item) -> str:
@@ -320,12 +326,7 @@ def pytest_runtest_protocol(item, nextitem):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
     if _State.mode == "swapped":  # instances rebuilt here, so they count for this test
-        spec = getattr(item, "callspec", None)
-        if spec is not None:
-            for k, v in list(spec.params.items()):
-                new = _swap_value(v, instances=True)
-                if new is not v:
-                    spec.params[k] = new
+        _swap_params(item, instances=True)
     return (yield)
 
 
